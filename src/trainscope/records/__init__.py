@@ -1,1 +1,34 @@
-"""trainscope.records."""
+"""The run record: the contract between training and everything that reads its results.
+
+A run directory holds::
+
+    config.yaml      the resolved RunConfig (feed it back with --config to rerun)
+    env.json         versions, devices, host, git sha
+    metrics.jsonl    append-only events: {"event": "step" | "epoch" | "eval" | ...}
+    system.jsonl     sampled CPU / RAM / GPU metrics with timestamps
+    summary.json     written last and atomically; "status" is "running" until the end
+
+This package is torch-free so that reports can be built on any machine.
+"""
+
+from trainscope.records.run_dir import (
+    RUN_FILES,
+    STAGE_LABELS,
+    STAGES,
+    RunRecord,
+    RunWriter,
+    atomic_write_json,
+    load_run,
+    prepare_run_dir,
+)
+
+__all__ = [
+    "RUN_FILES",
+    "STAGES",
+    "STAGE_LABELS",
+    "RunRecord",
+    "RunWriter",
+    "atomic_write_json",
+    "load_run",
+    "prepare_run_dir",
+]
