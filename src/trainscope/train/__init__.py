@@ -1,1 +1,1 @@
-"""trainscope.train."""
+"""The training loop and the orchestration of one run."""

@@ -1,0 +1,277 @@
+"""Typed run configuration: dataclasses, validation, YAML in and out (torch-free).
+
+A :class:`RunConfig` is built from defaults, then a YAML file, then CLI overrides, and is
+validated as a whole before anything runs. The resolved config is saved with every run
+(``config.yaml``) and can be fed back with ``--config`` to rerun it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from trainscope.errors import ConfigError
+
+BUILTIN_WORKLOADS = ("digits", "mnist", "synthetic")
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+OPTIMIZERS = ("sgd", "adam", "adamw")
+TIMING_MODES = ("auto", "exact")
+DEVICES_RE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
+# A user's own workload: "package.module:factory".
+FACTORY_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+@dataclass
+class WorkloadConfig:
+    """What to train: a built-in workload name or ``package.module:factory``."""
+
+    name: str = "digits"
+    """Workload: digits | mnist | synthetic, or ``package.module:factory`` for your own."""
+    data_dir: str | None = None
+    """Local data folder (mnist: the four IDX files); None downloads to the cache."""
+    download: bool = True
+    """Allow downloading data that is not found locally."""
+    augment: bool = False
+    """Random-affine augmentation of training images (mnist)."""
+    synthetic_samples: int = 8192
+    """synthetic: number of training samples (val and test get a quarter each)."""
+    synthetic_shape: tuple[int, int, int] = (1, 28, 28)
+    """synthetic: shape (channels, height, width) of one sample."""
+    num_classes: int = 10
+    """synthetic: number of classes."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments passed to a user factory."""
+
+    def __post_init__(self) -> None:
+        if self.name not in BUILTIN_WORKLOADS and not FACTORY_RE.match(self.name):
+            raise ConfigError(
+                f"unknown workload {self.name!r}: choose one of {', '.join(BUILTIN_WORKLOADS)}"
+                " or give package.module:factory"
+            )
+        self.synthetic_shape = tuple(self.synthetic_shape)  # YAML gives a list
+        if len(self.synthetic_shape) != 3 or any(int(s) <= 0 for s in self.synthetic_shape):
+            raise ConfigError(
+                f"synthetic_shape must be three positive sizes (C, H, W), got "
+                f"{list(self.synthetic_shape)}"
+            )
+        _positive("synthetic_samples", self.synthetic_samples)
+        if self.num_classes < 2:
+            raise ConfigError(f"num_classes must be at least 2, got {self.num_classes}")
+
+
+@dataclass
+class DataConfig:
+    """Input pipeline: batch size and every DataLoader knob that matters for speed."""
+
+    batch_size: int = 32
+    """Samples per optimizer step."""
+    num_workers: int = 0
+    """DataLoader worker processes (0 loads in the main process)."""
+    pin_memory: bool = False
+    """Page-locked host memory for faster, asynchronous host-to-device copies (CUDA)."""
+    persistent_workers: bool = False
+    """Keep workers alive between epochs (needs num_workers > 0)."""
+    prefetch_factor: int | None = None
+    """Batches loaded ahead per worker (needs num_workers > 0; PyTorch's default is 2)."""
+    shuffle_seed: int = 0
+    """Seed of the training-set shuffle (independent of the model seed)."""
+    drop_last: bool = False
+    """Drop the last incomplete training batch."""
+
+    def __post_init__(self) -> None:
+        _positive("batch_size", self.batch_size)
+        if self.num_workers < 0:
+            raise ConfigError(f"num_workers must be >= 0, got {self.num_workers}")
+        if self.num_workers == 0 and self.persistent_workers:
+            raise ConfigError("persistent_workers needs num_workers > 0")
+        if self.prefetch_factor is not None:
+            if self.num_workers == 0:
+                raise ConfigError("prefetch_factor needs num_workers > 0")
+            _positive("prefetch_factor", self.prefetch_factor)
+
+
+@dataclass
+class TrainConfig:
+    """Optimisation and loop length."""
+
+    epochs: int = 30
+    """Passes over the training set."""
+    max_steps_per_epoch: int | None = None
+    """Stop an epoch early after this many steps (quick experiments)."""
+    optimizer: str = "sgd"
+    """sgd (with momentum) | adam | adamw."""
+    lr: float = 0.05
+    """Learning rate."""
+    momentum: float = 0.9
+    """SGD momentum."""
+    weight_decay: float = 0.0
+    """L2 penalty (decoupled for adamw)."""
+    seed: int = 0
+    """Seed for model initialisation and any randomness outside the shuffle."""
+    eval_every: int = 1
+    """Evaluate on the validation set every N epochs (and always after the last)."""
+    log_every: int = 10
+    """Resolve timings and losses, write metrics lines, every N steps."""
+
+    def __post_init__(self) -> None:
+        _positive("epochs", self.epochs)
+        if self.max_steps_per_epoch is not None:
+            _positive("max_steps_per_epoch", self.max_steps_per_epoch)
+        if self.optimizer not in OPTIMIZERS:
+            raise ConfigError(
+                f"unknown optimizer {self.optimizer!r}: choose one of {', '.join(OPTIMIZERS)}"
+            )
+        if not self.lr > 0:
+            raise ConfigError(f"lr must be > 0, got {self.lr}")
+        if self.momentum < 0 or self.weight_decay < 0:
+            raise ConfigError("momentum and weight_decay must be >= 0")
+        _positive("eval_every", self.eval_every)
+        _positive("log_every", self.log_every)
+
+
+@dataclass
+class RuntimeConfig:
+    """Where and how the run executes, and how it is measured."""
+
+    device: str = "auto"
+    """auto (CUDA when available, else CPU) | cpu | cuda | cuda:N."""
+    precision: str = "fp32"
+    """fp32 | tf32 | fp16 (autocast + GradScaler) | bf16 (autocast)."""
+    timing: str = "auto"
+    """auto: perf_counter on CPU, CUDA events on GPU; exact: synchronize at every stage."""
+    system_interval_s: float = 1.0
+    """Seconds between system-metric samples (CPU %, RSS, GPU)."""
+    progress: bool = True
+    """Show progress bars on the console."""
+
+    def __post_init__(self) -> None:
+        if not DEVICES_RE.match(self.device):
+            raise ConfigError(f"unknown device {self.device!r}: use auto, cpu, cuda or cuda:N")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(
+                f"unknown precision {self.precision!r}: choose one of {', '.join(PRECISIONS)}"
+            )
+        if self.timing not in TIMING_MODES:
+            raise ConfigError(
+                f"unknown timing mode {self.timing!r}: choose one of {', '.join(TIMING_MODES)}"
+            )
+        if not self.system_interval_s > 0:
+            raise ConfigError(f"system_interval_s must be > 0, got {self.system_interval_s}")
+
+
+@dataclass
+class RunConfig:
+    """One run: workload, data pipeline, training, runtime, and where the record goes."""
+
+    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    out: str | None = None
+    """Run directory; None makes runs/<workload>-<timestamp>."""
+    overwrite: bool = False
+    """Replace the run files in an existing non-empty --out."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-data form (what config.yaml holds)."""
+        d = dataclasses.asdict(self)
+        d["workload"]["synthetic_shape"] = list(self.workload.synthetic_shape)
+        return d
+
+
+SECTIONS: dict[str, type] = {
+    "workload": WorkloadConfig,
+    "data": DataConfig,
+    "train": TrainConfig,
+    "runtime": RuntimeConfig,
+}
+
+
+def _positive(name: str, value: Any) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _check_types(cls: type, values: dict[str, Any], where: str) -> None:
+    """Reject unknown keys and obviously wrong types before the dataclass sees them."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for key, value in values.items():
+        if key not in fields:
+            raise ConfigError(f"unknown config key {where}.{key}")
+        kind = str(fields[key].type)
+        if value is None:
+            if "None" not in kind:
+                raise ConfigError(f"{where}.{key} must not be null")
+        elif kind.startswith("bool") and not isinstance(value, bool):
+            raise ConfigError(f"{where}.{key} must be true or false, got {value!r}")
+        elif kind.startswith("int") and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ConfigError(f"{where}.{key} must be an integer, got {value!r}")
+        elif kind.startswith("float") and (
+            isinstance(value, bool) or not isinstance(value, (int, float))
+        ):
+            raise ConfigError(f"{where}.{key} must be a number, got {value!r}")
+        elif kind.startswith("str") and not isinstance(value, str):
+            raise ConfigError(f"{where}.{key} must be a string, got {value!r}")
+
+
+def from_dict(data: dict[str, Any] | None) -> RunConfig:
+    """Build and validate a RunConfig from nested plain data (as in config.yaml)."""
+    data = dict(data or {})
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        if key in SECTIONS:
+            if value is None:
+                continue
+            if not isinstance(value, dict):
+                raise ConfigError(f"config section {key!r} must be a mapping")
+            _check_types(SECTIONS[key], value, key)
+            kwargs[key] = SECTIONS[key](**value)
+        elif key in ("out", "overwrite"):
+            kwargs[key] = value
+        else:
+            raise ConfigError(f"unknown config key {key!r}")
+    try:
+        return RunConfig(**kwargs)
+    except TypeError as e:  # wrong types slipping through as constructor errors
+        raise ConfigError(str(e)) from None
+
+
+def merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """Apply dotted overrides ("data.batch_size": 256) to nested plain data."""
+    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in base.items()}
+    for dotted, value in overrides.items():
+        parts = dotted.split(".")
+        node = out
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"cannot override {dotted}: {p} is not a section")
+        node[parts[-1]] = value
+    return out
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML config file into plain data, with one-line errors."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file {p} does not exist")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config file {p} is not valid YAML: {str(e).splitlines()[0]}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {p} must hold a mapping at the top level")
+    return data
+
+
+def resolve(config_path: str | Path | None, overrides: dict[str, Any]) -> RunConfig:
+    """Defaults <- YAML file <- CLI overrides, validated as a whole."""
+    base = load_yaml(config_path) if config_path else {}
+    return from_dict(merge(base, overrides))

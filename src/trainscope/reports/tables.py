@@ -1,0 +1,343 @@
+"""Tables built from a run summary, rendered as Markdown or LaTeX (booktabs).
+
+Everything here is a pure function of the run record's dictionaries: no torch, no
+training code, no file I/O. Cells are formatted to strings when a table is built, so the
+Markdown, LaTeX and console renderings of one table always show the same digits.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainscope.records.run_dir import STAGE_LABELS, STAGES
+
+# Shown wherever a value is missing or null (an en dash, as in printed tables).
+MISSING = "–"
+
+# ---------------------------------------------------------------------------------------
+# Number formatting
+# ---------------------------------------------------------------------------------------
+
+
+def _is_number(x: Any) -> bool:
+    # bool is an int subclass but never a measurement.
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def fmt_seconds(x: Any) -> str:
+    """Seconds with 3 decimals; tiny non-zero values keep 4 significant digits.
+
+    A stage of 0.00004 s would otherwise read as "0.000" and look unmeasured.
+    Negative values (``other`` on asynchronous GPU runs) are shown as they are.
+    """
+    if not _is_number(x) or not math.isfinite(x):
+        return MISSING
+    if x != 0 and abs(x) < 0.0005:
+        decimals = min(3 - math.floor(math.log10(abs(x))), 9)
+        return f"{x:.{decimals}f}"
+    return f"{x:.3f}"
+
+
+def fmt_bytes(n: Any) -> str:
+    """Binary (1024-based) units: ``350000000`` -> ``"333.8 MiB"``."""
+    if not _is_number(n) or not math.isfinite(n):
+        return MISSING
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def fmt_pct(fraction: Any, digits: int = 1) -> str:
+    """A fraction as a percentage: ``0.1234`` -> ``"12.3%"``."""
+    if not _is_number(fraction) or not math.isfinite(fraction):
+        return MISSING
+    return f"{100.0 * fraction:.{digits}f}%"
+
+
+def fmt_float(x: Any, digits: int = 4) -> str:
+    """A plain float with fixed decimals (losses); missing/non-finite -> en dash or nan."""
+    if not _is_number(x):
+        return MISSING
+    if not math.isfinite(x):
+        return str(x)  # a nan/inf loss is a finding, not a missing value
+    return f"{x:.{digits}f}"
+
+
+def fmt_rate(x: Any) -> str:
+    """Throughput: thousands separators, no decimals above 100/s."""
+    if not _is_number(x) or not math.isfinite(x):
+        return MISSING
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.1f}"
+
+
+def fmt_int(x: Any) -> str:
+    """An integer with thousands separators."""
+    if not _is_number(x):
+        return MISSING
+    return f"{int(x):,}"
+
+
+def _text(x: Any) -> str:
+    if x is None or x == "":
+        return MISSING
+    return str(x)
+
+
+# ---------------------------------------------------------------------------------------
+# Table model and renderers
+# ---------------------------------------------------------------------------------------
+
+# Looks like a formatted number: "1,234.5", "-0.012", "12.3%", "333.8 MiB", "44,426".
+_NUMERIC = re.compile(r"^[-+]?[\d,]*\.?\d+(e[-+]?\d+)?\s*(%|[KMGT]i?B|B|s)?$")
+
+_LATEX_SPECIALS = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+    # A few non-ASCII characters our own formatting emits; plain pdflatex may lack them.
+    "–": "--",
+    "—": "---",
+    "±": r"\ensuremath{\pm}",
+    "×": r"\ensuremath{\times}",
+    "µ": r"\ensuremath{\mu}",
+}
+_LATEX_RE = re.compile("|".join(re.escape(k) for k in _LATEX_SPECIALS))
+
+
+def latex_escape(text: Any) -> str:
+    """Escape LaTeX specials in one pass (so the backslashes we add are not re-escaped)."""
+    return _LATEX_RE.sub(lambda m: _LATEX_SPECIALS[m.group(0)], str(text))
+
+
+def _md_escape(text: str) -> str:
+    # A pipe would end the cell; a newline would end the row.
+    return text.replace("|", r"\|").replace("\r", " ").replace("\n", " ")
+
+
+@dataclass
+class Table:
+    """A small rectangular table: header, rows of cells, caption and label.
+
+    ``align`` holds one ``l``/``r`` per column; when None, the first column is left
+    aligned and every other column is right aligned if all its cells look numeric.
+    """
+
+    columns: list[str]
+    rows: list[list[object]] = field(default_factory=list)
+    caption: str = ""
+    label: str = ""
+    align: str | None = None
+
+    def cells(self) -> list[list[str]]:
+        """Rows as display strings (None -> en dash)."""
+        return [[_text(c) for c in row] for row in self.rows]
+
+    def alignment(self) -> str:
+        """The effective per-column alignment string, e.g. ``"lrr"``."""
+        if self.align is not None:
+            if len(self.align) != len(self.columns) or set(self.align) - {"l", "r"}:
+                raise ValueError(f"align {self.align!r} does not fit {len(self.columns)} columns")
+            return self.align
+        out = []
+        cells = self.cells()
+        for j in range(len(self.columns)):
+            col = [r[j] for r in cells if j < len(r) and r[j] != MISSING]
+            numeric = j > 0 and bool(col) and all(_NUMERIC.match(c) for c in col)
+            out.append("r" if numeric else "l")
+        return "".join(out)
+
+    def to_markdown(self) -> str:
+        """A GitHub pipe table; right-aligned columns use ``---:``."""
+        align = self.alignment()
+        header = [_md_escape(c) for c in self.columns]
+        body = [[_md_escape(c) for c in row] for row in self.cells()]
+        widths = [
+            max([len(header[j]), 3] + [len(r[j]) for r in body if j < len(r)])
+            for j in range(len(header))
+        ]
+
+        def line(cells: list[str]) -> str:
+            padded = [
+                c.rjust(w) if a == "r" else c.ljust(w) for c, w, a in zip(cells, widths, align)
+            ]
+            return "| " + " | ".join(padded) + " |"
+
+        rule = (
+            "| "
+            + " | ".join(
+                "-" * (w - 1) + ":" if a == "r" else ":" + "-" * (w - 1)
+                for w, a in zip(widths, align)
+            )
+            + " |"
+        )
+        return "\n".join([line(header), rule, *(line(r) for r in body)]) + "\n"
+
+    def to_latex(self) -> str:
+        """A complete ``table`` environment using booktabs rules (needs ``booktabs``)."""
+        lines = [
+            r"\begin{table}[ht]",
+            r"\centering",
+            rf"\begin{{tabular}}{{{self.alignment()}}}",
+            r"\toprule",
+            " & ".join(latex_escape(c) for c in self.columns) + r" \\",
+            r"\midrule",
+        ]
+        lines += [" & ".join(latex_escape(c) for c in row) + r" \\" for row in self.cells()]
+        lines += [r"\bottomrule", r"\end{tabular}"]
+        if self.caption:
+            lines.append(rf"\caption{{{latex_escape(self.caption)}}}")
+        if self.label:
+            # Labels are identifiers, not text: keep only characters LaTeX accepts there.
+            lines.append(rf"\label{{{re.sub(r'[^A-Za-z0-9:._-]', '-', self.label)}}}")
+        lines.append(r"\end{table}")
+        return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------
+# Tables from a summary
+# ---------------------------------------------------------------------------------------
+
+
+def _run_title(summary: dict[str, Any]) -> str:
+    parts = [str(summary[k]) for k in ("workload", "model") if summary.get(k)]
+    return " / ".join(parts) or "run"
+
+
+def stage_table(summary: dict[str, Any]) -> Table:
+    """Stage | Seconds | Share of wall time, in ``STAGES`` order, then a total row.
+
+    Stages not in ``STAGES`` (written by a newer trainscope) follow under their raw name,
+    so the rows still add up to the wall time.
+    """
+    stages = summary.get("stages_s") or {}
+    wall = summary.get("wall_time_s")
+    has_wall = _is_number(wall) and wall > 0
+    names = [s for s in STAGES if s in stages] + [s for s in stages if s not in STAGES]
+    rows: list[list[object]] = []
+    for name in names:
+        secs = stages[name]
+        share = secs / wall if has_wall and _is_number(secs) else None
+        rows.append([STAGE_LABELS.get(name, name), fmt_seconds(secs), fmt_pct(share)])
+    if rows or has_wall:
+        rows.append(["total (wall)", fmt_seconds(wall), fmt_pct(1.0 if has_wall else None)])
+    where = ", ".join(str(summary[k]) for k in ("device", "precision") if summary.get(k))
+    caption = f"Where the wall time went: {_run_title(summary)}"
+    caption += f" ({where})." if where else "."
+    caption += " 'other' is wall time minus the measured stages."
+    return Table(["Stage", "Seconds", "Share"], rows, caption, "tab:stages", "lrr")
+
+
+def epoch_table(summary: dict[str, Any]) -> Table:
+    """One row per epoch: losses, validation accuracy, duration and throughput."""
+    rows: list[list[object]] = []
+    for ep in summary.get("epochs") or []:
+        rows.append(
+            [
+                _text(ep.get("epoch")),
+                fmt_float(ep.get("train_loss")),
+                fmt_float(ep.get("val_loss")),
+                fmt_pct(ep.get("val_accuracy"), 2),
+                fmt_seconds(ep.get("duration_s")),
+                fmt_rate(ep.get("samples_per_s")),
+            ]
+        )
+    return Table(
+        ["Epoch", "Train loss", "Val loss", "Val accuracy", "Duration (s)", "Samples/s"],
+        rows,
+        f"Per-epoch results: {_run_title(summary)}.",
+        "tab:epochs",
+        "rrrrrr",
+    )
+
+
+def _class_key(name: str) -> tuple[int, float | str]:
+    # Classes "0".."9" sort numerically ("10" after "9"), names alphabetically after them.
+    try:
+        return (0, float(name))
+    except ValueError:
+        return (1, name)
+
+
+def per_class_table(summary: dict[str, Any]) -> Table:
+    """Class | test accuracy, classes in numeric order where they are numbers."""
+    per_class = summary.get("per_class_accuracy") or {}
+    rows: list[list[object]] = [
+        [str(k), fmt_pct(per_class[k], 2)] for k in sorted(per_class, key=_class_key)
+    ]
+    return Table(
+        ["Class", "Accuracy"],
+        rows,
+        f"Per-class test accuracy: {_run_title(summary)}.",
+        "tab:per-class",
+        "lr",
+    )
+
+
+def _env_get(env: dict[str, Any], *names: str) -> Any:
+    for name in names:
+        if env.get(name) not in (None, ""):
+            return env[name]
+    return None
+
+
+def overview_table(summary: dict[str, Any], env: dict[str, Any] | None = None) -> Table:
+    """Key facts of one run as Field | Value rows; missing values show as an en dash."""
+    env = env or {}
+    device = summary.get("device") or env.get("device")
+    device_name = summary.get("device_name") or env.get("device_name")
+    if device and device_name and device_name != device:
+        device = f"{device} ({device_name})"
+    peak = fmt_bytes(summary.get("peak_memory_bytes"))
+    if peak != MISSING and summary.get("peak_memory_kind"):
+        peak += f" ({summary['peak_memory_kind']})"
+    status = summary.get("status")
+    params = summary.get("num_parameters")
+    rows: list[list[object]] = [
+        ["Workload", _text(summary.get("workload"))],
+        ["Model", _text(summary.get("model"))],
+        ["Parameters", fmt_int(params)],
+        ["Device", _text(device)],
+        ["Precision", _text(summary.get("precision"))],
+        ["Status", _text(status)],
+        ["Test accuracy", fmt_pct(summary.get("test_accuracy"), 2)],
+        ["Test loss", fmt_float(summary.get("test_loss"))],
+        ["Wall time (s)", fmt_seconds(summary.get("wall_time_s"))],
+        ["Train time (s)", fmt_seconds(summary.get("train_time_s"))],
+        ["Steps", fmt_int(summary.get("steps"))],
+        ["Batch size", fmt_int(summary.get("batch_size"))],
+        ["Samples/s", fmt_rate(summary.get("samples_per_s"))],
+        ["Peak memory", peak],
+        ["Skipped steps", fmt_int(summary.get("skipped_steps"))],
+        ["Timing mode", _text(summary.get("timing_mode"))],
+        ["torch", _text(_env_get(env, "torch", "torch_version"))],
+    ]
+    # Provenance that only some runs have: shown when present, not as rows of dashes.
+    optional = [
+        ("CUDA", _env_get(env, "cuda", "cuda_version")),
+        ("Python", _env_get(env, "python", "python_version")),
+        ("git", _env_get(env, "git_sha")),
+    ]
+    rows += [[k, str(v)] for k, v in optional if v is not None]
+    system = summary.get("system") or {}
+    if _is_number(system.get("cpu_percent_mean")):
+        rows.append(["CPU use (mean)", f"{system['cpu_percent_mean']:.0f}%"])
+    return Table(
+        ["Field", "Value"],
+        rows,
+        f"Run overview: {_run_title(summary)}. Memory in binary units (1 MiB = 1024 x 1024 bytes).",
+        "tab:overview",
+        "ll",
+    )

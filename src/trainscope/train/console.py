@@ -1,0 +1,91 @@
+"""Console output of a run: a progress bar per epoch, and a summary table at the end."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
+
+class RunConsole:
+    """Progress and summary printing; ``enabled=False`` prints nothing (tests, studies)."""
+
+    def __init__(self, enabled: bool = True, progress: bool = True) -> None:
+        self.enabled = enabled
+        self.show_progress = progress
+        self.console = Console(stderr=True)
+        self._progress: Progress | None = None
+        self._task: Any = None
+        self._t0 = 0.0
+        self._samples = 0
+
+    def start(self, run_dir: Path, summary: dict[str, Any]) -> None:
+        """Say what runs where."""
+        if self.enabled:
+            self.console.print(
+                f"[bold]trainscope[/] {summary['workload']} on {summary['device']} "
+                f"({summary['device_name']}), {summary['precision']}, "
+                f"batch {summary['batch_size']}, workers {summary['num_workers']} "
+                f"-> {run_dir}"
+            )
+
+    def epoch_start(self, epoch: int, epochs: int, steps: int) -> None:
+        """Open the progress bar of one epoch."""
+        self._t0, self._samples = time.perf_counter(), 0
+        if not (self.enabled and self.show_progress):
+            return
+        self._progress = Progress(
+            TextColumn(f"epoch {epoch}/{epochs}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("loss {task.fields[loss]}"),
+            TextColumn("{task.fields[rate]} samples/s"),
+            TimeElapsedColumn(),
+            console=self.console,
+            transient=True,
+        )
+        self._task = self._progress.add_task("train", total=steps, loss="–", rate="–")
+        self._progress.start()
+
+    def steps(self, records: list[dict[str, Any]]) -> None:
+        """Advance by resolved steps (called every log interval, not every step)."""
+        self._samples += sum(r["batch_size"] for r in records)
+        if self._progress is not None and records:
+            rate = self._samples / max(time.perf_counter() - self._t0, 1e-9)
+            self._progress.update(
+                self._task,
+                advance=len(records),
+                loss=f"{records[-1]['loss']:.4f}",
+                rate=f"{rate:,.0f}",
+            )
+
+    def epoch_end(self, row: dict[str, Any]) -> None:
+        """Close the bar and leave one line per epoch."""
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+        if self.enabled:
+            val = row["val_accuracy"]
+            val_s = f", val acc {val:.4f}" if val is not None else ""
+            rate = row["samples_per_s"] or 0.0
+            self.console.print(
+                f"epoch {row['epoch']}: train loss {row['train_loss']:.4f}{val_s}, "
+                f"{row['duration_s']:.2f} s, {rate:,.0f} samples/s"
+            )
+
+    def finish(self, summary: dict[str, Any]) -> None:
+        """Print the summary tables (accuracy, per class, time by stage)."""
+        if not self.enabled:
+            return
+        from trainscope.reports.console import print_summary
+
+        print_summary(self.console, summary)

@@ -1,0 +1,171 @@
+"""The training loop: one readable ``train_step`` with named stages, an epoch, evaluation.
+
+Measurement rule: nothing in a step forces the host to wait for the device. Losses stay
+on the device and stage times are CUDA events (on GPU) until :meth:`Epoch.flush` reads
+them every ``log_every`` steps, so the CPU can queue work ahead as it would untimed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+from trainscope.precision import Precision
+from trainscope.profiling.timer import StageTimer, device_sync
+from trainscope.workloads.base import LossFn, Workload
+
+TRAIN_STAGES = ("data_wait", "h2d", "forward", "backward", "optimizer")
+
+
+@dataclass
+class TrainState:
+    """Everything a resumed run needs, reachable from one object."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    precision: Precision
+    loss_fn: LossFn
+    device: torch.device
+    step: int = 0
+    """Optimizer steps taken so far (global, across epochs)."""
+    epoch: int = 0
+    """Epochs completed so far."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Model, optimizer, precision (scaler), counters and RNG states."""
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "precision": self.precision.state_dict(),
+            "step": self.step,
+            "epoch": self.epoch,
+            "rng": {"torch": torch.get_rng_state()},
+        }
+
+
+def train_step(
+    state: TrainState, batches: Iterator[tuple[torch.Tensor, torch.Tensor]], timer: StageTimer
+) -> tuple[torch.Tensor, int]:
+    """One optimizer step in five timed stages.
+
+    Returns the detached loss (still on the device: reading it would force a sync) and the
+    batch size (the last batch of an epoch may be short).
+    """
+    timer.start_step()
+    inputs, targets = next(batches)  # 1. wait for the next batch from the input pipeline
+    timer.mark("data_wait")
+    inputs = inputs.to(state.device, non_blocking=True)  # 2. copy it to the device
+    targets = targets.to(state.device, non_blocking=True)
+    timer.mark("h2d")
+    with state.precision.autocast():
+        outputs = state.model(inputs)  # 3. forward
+        timer.mark("forward")
+        loss = state.loss_fn(outputs, targets)  # 4. loss + backward
+    state.precision.backward(loss)
+    timer.mark("backward")
+    state.precision.step(state.optimizer)  # 5. optimizer step
+    state.optimizer.zero_grad(set_to_none=True)
+    timer.mark("optimizer")
+    timer.end_step()
+    state.step += 1
+    return loss.detach(), targets.shape[0]
+
+
+@dataclass
+class EpochResult:
+    """What one epoch of training measured."""
+
+    epoch: int
+    steps: int
+    samples: int
+    duration_s: float
+    mean_loss: float
+    stage_s: dict[str, float] = field(default_factory=dict)
+
+
+StepLog = Callable[[list[dict[str, Any]]], None]
+
+
+def train_epoch(
+    state: TrainState,
+    loader: DataLoader,
+    timer: StageTimer,
+    *,
+    max_steps: int | None = None,
+    log_every: int = 10,
+    on_steps: StepLog | None = None,
+) -> EpochResult:
+    """Train one epoch; every ``log_every`` steps hand the resolved step records to ``on_steps``.
+
+    A step record is ``{"step", "epoch", "loss", "batch_size", "stages": {stage: s}}``.
+    """
+    epoch = state.epoch + 1
+    state.model.train()
+    n_steps = len(loader) if max_steps is None else min(len(loader), max_steps)
+    stage_s = dict.fromkeys(TRAIN_STAGES, 0.0)
+    pending: list[tuple[int, int, torch.Tensor]] = []  # (step, batch size, loss on device)
+    loss_sum, samples = 0.0, 0
+
+    def flush(block: bool) -> None:
+        nonlocal loss_sum
+        times = timer.resolve(block=block)
+        if not times:
+            return
+        done, pending[:] = pending[: len(times)], pending[len(times) :]
+        # One read of many losses: a single device sync per log interval, not per step.
+        values = torch.stack([loss for _, _, loss in done]).float().cpu().tolist()
+        records = []
+        for (step, bs, _), value, st in zip(done, values, times):
+            loss_sum += value * bs
+            for k, v in st.items():
+                stage_s[k] += v
+            records.append(
+                {"step": step, "epoch": epoch, "loss": value, "batch_size": bs, "stages": st}
+            )
+        if on_steps is not None:
+            on_steps(records)
+
+    t0 = time.perf_counter()
+    # Creating the iterator starts the DataLoader workers: time the batch pipeline pays, so
+    # it counts as data wait (host-timed; the device is idle at an epoch boundary anyway).
+    batches = iter(loader)
+    stage_s["data_wait"] += time.perf_counter() - t0
+    for _ in range(n_steps):
+        loss, batch_size = train_step(state, batches, timer)
+        pending.append((state.step, batch_size, loss))
+        samples += batch_size
+        if len(pending) >= log_every:
+            flush(block=True)
+    flush(block=True)
+    del batches  # shut non-persistent workers down inside the epoch's time
+    device_sync(state.device)
+    state.epoch = epoch
+    return EpochResult(
+        epoch=epoch,
+        steps=n_steps,
+        samples=samples,
+        duration_s=time.perf_counter() - t0,
+        mean_loss=loss_sum / max(samples, 1),
+        stage_s=stage_s,
+    )
+
+
+@torch.no_grad()
+def evaluate(state: TrainState, workload: Workload, loader: DataLoader) -> dict[str, Any]:
+    """Loss, accuracy and per-class accuracy on one split (autocast as in training)."""
+    state.model.eval()
+    metrics = workload.new_metrics(state.device)
+    for inputs, targets in loader:
+        inputs = inputs.to(state.device, non_blocking=True)
+        targets = targets.to(state.device, non_blocking=True)
+        with state.precision.autocast():
+            outputs = state.model(inputs)
+            loss = state.loss_fn(outputs, targets)
+        metrics.update(outputs.float(), targets, loss.float())
+    return metrics.compute()

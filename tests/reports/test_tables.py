@@ -1,0 +1,187 @@
+"""Table model, renderers and number formatting (pure functions, no files)."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainscope.records.run_dir import STAGE_LABELS, STAGES
+from trainscope.reports.tables import (
+    MISSING,
+    Table,
+    epoch_table,
+    fmt_bytes,
+    fmt_pct,
+    fmt_seconds,
+    latex_escape,
+    overview_table,
+    per_class_table,
+    stage_table,
+)
+
+SUMMARY = {
+    "status": "completed",
+    "workload": "digits",
+    "model": "LeNet5",
+    "num_parameters": 44426,
+    "device": "cpu",
+    "device_name": "x86_64 CPU",
+    "precision": "fp32",
+    "wall_time_s": 4.2,
+    "stages_s": {
+        "setup": 0.3,
+        "data_wait": 0.4,
+        "h2d": 0.01,
+        "forward": 0.9,
+        "backward": 1.2,
+        "optimizer": 0.4,
+        "evaluation": 0.5,
+        "other": 0.49,
+    },
+    "samples_per_s": 6100.0,
+    "test_accuracy": 0.974,
+    "peak_memory_bytes": 350_000_000,
+    "peak_memory_kind": "process_peak_rss",
+    "skipped_steps": 0,
+    "per_class_accuracy": {"10": 0.5, "2": 0.9, "0": 1.0, "1": 0.96},
+    "epochs": [
+        {
+            "epoch": 1,
+            "train_loss": 1.2,
+            "val_loss": 0.5,
+            "val_accuracy": 0.85,
+            "duration_s": 0.31,
+            "samples_per_s": 6000.0,
+        },
+        {
+            "epoch": 2,
+            "train_loss": 0.4,
+            "val_loss": None,
+            "val_accuracy": None,
+            "duration_s": 0.29,
+            "samples_per_s": None,
+        },
+    ],
+}
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (1.23456, "1.235"),
+        (0.0, "0.000"),
+        (-0.0123, "-0.012"),
+        (0.00004, "0.00004000"),
+        (None, MISSING),
+        (float("nan"), MISSING),
+        (True, MISSING),
+    ],
+)
+def test_fmt_seconds(value: object, text: str) -> None:
+    assert fmt_seconds(value) == text
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (512, "512 B"),
+        (1536, "1.5 KiB"),
+        (350_000_000, "333.8 MiB"),
+        (3 * 1024**3, "3.0 GiB"),
+        (None, MISSING),
+    ],
+)
+def test_fmt_bytes_is_binary(value: object, text: str) -> None:
+    assert fmt_bytes(value) == text
+
+
+def test_fmt_pct() -> None:
+    assert fmt_pct(0.1234) == "12.3%"
+    assert fmt_pct(0.974, 2) == "97.40%"
+    assert fmt_pct(None) == MISSING
+
+
+def test_latex_escape_every_special() -> None:
+    raw = "a & b % c $ d # e _ f { g } h ~ i ^ j \\ k – l"
+    assert latex_escape(raw) == (
+        r"a \& b \% c \$ d \# e \_ f \{ g \} h \textasciitilde{} i "
+        r"\textasciicircum{} j \textbackslash{} k -- l"
+    )
+
+
+def test_markdown_alignment_and_escaping() -> None:
+    t = Table(["Name", "Value"], [["a|b", "1.5"], ["c", None]])
+    md = t.to_markdown().splitlines()
+    assert t.alignment() == "lr"  # inferred: numbers (and dashes) on the right
+    assert md[1] == "| :--- | ----: |"
+    assert r"a\|b" in md[2]
+    assert md[3].rstrip(" |").endswith(MISSING)
+
+
+def test_bad_align_is_rejected() -> None:
+    with pytest.raises(ValueError):
+        Table(["a", "b"], [], align="l").alignment()
+
+
+def test_latex_table_structure() -> None:
+    t = Table(["A_b", "C"], [["x & y", "50%"]], caption="cap_tion", label="tab:x y", align="lr")
+    tex = t.to_latex()
+    assert tex.startswith("\\begin{table}[ht]\n\\centering\n\\begin{tabular}{lr}\n\\toprule\n")
+    assert "A\\_b & C \\\\\n\\midrule\nx \\& y & 50\\% \\\\\n\\bottomrule\n" in tex
+    assert "\\caption{cap\\_tion}" in tex and "\\label{tab:x-y}" in tex
+    assert tex.rstrip().endswith("\\end{table}")
+
+
+def test_stage_table_rows_shares_and_total() -> None:
+    t = stage_table(SUMMARY)
+    assert [r[0] for r in t.rows] == [STAGE_LABELS[s] for s in STAGES] + ["total (wall)"]
+    shares = [float(str(r[2]).rstrip("%")) for r in t.rows[:-1]]
+    assert sum(shares) == pytest.approx(100.0, abs=0.5)
+    assert t.rows[-1] == ["total (wall)", "4.200", "100.0%"]
+    assert t.rows[3] == ["forward", "0.900", "21.4%"]
+    assert "digits" in t.caption
+
+
+def test_stage_table_keeps_negative_other_and_unknown_stages() -> None:
+    s = {"wall_time_s": 1.0, "stages_s": {"forward": 0.7, "other": -0.01, "compile": 0.31}}
+    rows = stage_table(s).rows
+    assert [r[0] for r in rows] == ["forward", "other", "compile", "total (wall)"]
+    assert rows[1][1:] == ["-0.010", "-1.0%"]
+
+
+def test_stage_table_without_wall_or_stages() -> None:
+    assert stage_table({"status": "failed"}).rows == []
+    rows = stage_table({"stages_s": {"setup": 0.2}}).rows
+    assert rows == [["setup (data, model)", "0.200", MISSING], ["total (wall)", MISSING, MISSING]]
+
+
+def test_epoch_table_shows_missing_values_as_dash() -> None:
+    t = epoch_table(SUMMARY)
+    assert t.columns[0] == "Epoch" and len(t.columns) == 6
+    assert t.rows[0] == ["1", "1.2000", "0.5000", "85.00%", "0.310", "6,000"]
+    assert t.rows[1] == ["2", "0.4000", MISSING, MISSING, "0.290", MISSING]
+    assert epoch_table({}).rows == []
+
+
+def test_per_class_table_sorts_numerically() -> None:
+    t = per_class_table(SUMMARY)
+    assert [r[0] for r in t.rows] == ["0", "1", "2", "10"]
+    assert t.rows[0] == ["0", "100.00%"]
+
+
+def test_overview_table() -> None:
+    facts = dict(overview_table(SUMMARY, {"torch": "2.6.0", "python": "3.11.2"}).rows)
+    assert facts["Parameters"] == "44,426"
+    assert facts["Device"] == "cpu (x86_64 CPU)"
+    assert facts["Peak memory"] == "333.8 MiB (process_peak_rss)"
+    assert facts["Test accuracy"] == "97.40%"
+    assert facts["torch"] == "2.6.0" and facts["Python"] == "3.11.2"
+    assert facts["Skipped steps"] == "0"
+    assert "CUDA" not in facts  # optional provenance only when recorded
+
+
+def test_overview_of_failed_run_is_mostly_dashes() -> None:
+    facts = dict(overview_table({"status": "failed", "error": "boom", "test_accuracy": None}).rows)
+    assert facts["Status"] == "failed"
+    assert facts["Test accuracy"] == MISSING
+    assert facts["Peak memory"] == MISSING
+    assert facts["torch"] == MISSING
