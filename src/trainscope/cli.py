@@ -122,8 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
     p_run = sub.add_parser(
         "run",
         help="train a workload and write a run record",
-        description="Train a workload (default: scikit-learn digits, offline, under a minute on CPU) "
-        "and write its run directory. Flags override --config.",
+        description="Train a workload (default: scikit-learn digits, offline, under a minute on "
+        "CPU) and write its run directory. Flags override --config.",
     )
     p_run.add_argument(
         "--config", metavar="YAML", help="config file (e.g. a saved run's config.yaml)"

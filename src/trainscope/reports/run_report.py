@@ -199,17 +199,7 @@ def build_run_report(
 
 def render_tables_rich(report: RunReport) -> list[rich.table.Table]:
     """The report's non-empty tables as rich tables, for printing on the console."""
-    from rich.table import Table as RichTable
+    from trainscope.reports.console import table_to_rich
 
-    out = []
-    for key in TABLE_ORDER:
-        table = report.tables.get(key)
-        if table is None or not table.rows:
-            continue
-        rt = RichTable(title=table.caption, title_justify="left")
-        for name, a in zip(table.columns, table.alignment()):
-            rt.add_column(name, justify="right" if a == "r" else "left")
-        for row in table.cells():
-            rt.add_row(*row)
-        out.append(rt)
-    return out
+    tables = (report.tables.get(key) for key in TABLE_ORDER)
+    return [table_to_rich(t) for t in tables if t is not None and t.rows]
