@@ -1,0 +1,94 @@
+"""Overhead of trainscope's instrumented loop against a bare hand-written loop.
+
+Runs the two as whole processes, alternately (A B A B ...), after one warm-up of each,
+and reports per-command median wall and CPU time and the median of the pairwise ratios.
+Alternating pairs keep a drifting machine from favouring one side.
+
+    python benchmarks/loop_overhead.py --runs 7
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def timed(cmd: list[str]) -> tuple[float, float]:
+    """(wall seconds, user+sys CPU seconds) of one child process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu
+
+
+def main() -> None:
+    """Run the pairs and print the table."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--runs", type=int, default=7, help="counted pairs (after one warm-up)")
+    p.add_argument("--samples", type=int, default=8192)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--json", type=Path, help="also write the raw figures here")
+    args = p.parse_args()
+
+    size = ["--batch-size", str(args.batch_size), "--epochs", str(args.epochs)]
+    bare = [sys.executable, str(HERE / "bare_loop.py"), "--samples", str(args.samples), *size]
+    out = Path(tempfile.mkdtemp(prefix="trainscope-bench-")) / "run"
+    ts = [
+        sys.executable, "-m", "trainscope", "run", "--workload", "synthetic",
+        "--synthetic-samples", str(args.samples), "--num-workers", "0", *size,
+        "--quiet", "--no-progress", "--out", str(out), "--overwrite",
+    ]  # fmt: skip
+
+    timed(bare), timed(ts)  # warm-up: file cache, bytecode
+    rows: dict[str, list[tuple[float, float]]] = {"bare": [], "trainscope": []}
+    for i in range(args.runs):
+        rows["bare"].append(timed(bare))
+        rows["trainscope"].append(timed(ts))
+        print(
+            f"pair {i + 1}: bare {rows['bare'][-1][0]:.2f} s, "
+            f"trainscope {rows['trainscope'][-1][0]:.2f} s",
+            file=sys.stderr,
+        )
+    ratios = [t[0] / b[0] for b, t in zip(rows["bare"], rows["trainscope"])]
+    cpu_ratios = [t[1] / b[1] for b, t in zip(rows["bare"], rows["trainscope"])]
+    med = {
+        k: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v))
+        for k, v in rows.items()
+    }
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} CPUs, python {platform.python_version()}"
+    )
+    print(
+        f"work: synthetic 1x28x28, {args.samples} samples, batch {args.batch_size}, {args.epochs} epochs, LeNet5, num_workers=0"
+    )
+    print("| command | median wall (s) | median CPU (s) |")
+    print("| --- | ---: | ---: |")
+    for k, (w, c) in med.items():
+        print(f"| {k} | {w:.3f} | {c:.3f} |")
+    print(
+        f"trainscope / bare, median of {args.runs} pairwise ratios: wall {statistics.median(ratios):.4f} "
+        f"(min {min(ratios):.4f}, max {max(ratios):.4f}), CPU {statistics.median(cpu_ratios):.4f}"
+    )
+    if args.json:
+        args.json.write_text(
+            json.dumps({"rows": rows, "ratios": ratios, "cpu_ratios": cpu_ratios}, indent=2)
+        )
+
+
+if __name__ == "__main__":
+    main()

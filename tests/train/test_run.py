@@ -1,0 +1,153 @@
+"""End-to-end runs: the default digits run, the run record, stage accounting, failures."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import torch
+import yaml
+
+from trainscope.config import from_dict
+from trainscope.records import STAGES, load_run
+from trainscope.reports.run_report import build_run_report
+from trainscope.train.run import run
+
+SUMMARY_KEYS = {
+    "status", "workload", "wall_time_s", "stages_s", "samples_per_s", "test_accuracy",
+    "per_class_accuracy", "first_losses", "epochs", "peak_memory_bytes", "peak_memory_kind",
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def default_run(tmp_path_factory):
+    """The embedded default (digits, every default) run once for this module."""
+    out = tmp_path_factory.mktemp("runs") / "default"
+    cfg = from_dict({"out": str(out)})
+    t0 = time.perf_counter()
+    summary = run(cfg)
+    outside = time.perf_counter() - t0
+    return out, summary, outside
+
+
+def test_default_digits_run_reaches_95_percent(default_run):
+    out, summary, _ = default_run
+    assert summary["status"] == "completed"
+    assert summary["test_accuracy"] >= 0.95
+    assert summary["workload"] == "digits"
+
+
+def test_summary_holds_the_contract(default_run):
+    out, summary, _ = default_run
+    on_disk = json.loads((out / "summary.json").read_text())
+    assert SUMMARY_KEYS <= on_disk.keys()
+    assert on_disk["status"] == "completed" and on_disk["error"] is None
+    assert list(on_disk["stages_s"]) == list(STAGES)
+    assert len(on_disk["first_losses"]) == 5
+    assert len(on_disk["epochs"]) == 30
+    for row in on_disk["epochs"]:
+        assert {"epoch", "train_loss", "val_accuracy", "duration_s"} <= row.keys()
+        assert row["val_accuracy"] is not None and row["duration_s"] > 0
+    assert sorted(on_disk["per_class_accuracy"]) == [str(i) for i in range(10)]
+    assert on_disk["peak_memory_kind"] == "process_peak_rss"
+    assert on_disk["peak_memory_bytes"] > 50 * 2**20
+    assert on_disk["train_samples"] == 1258  # 70% of 1,797, rounded per class
+    assert on_disk["samples"] == 30 * 1258  # every training sample, every epoch
+    # Training should have learned: late epochs lose less than the first.
+    assert on_disk["epochs"][-1]["train_loss"] < on_disk["epochs"][0]["train_loss"] / 3
+
+
+def test_stages_add_up_to_wall_time_within_2_percent(default_run):
+    """The stages (other included) sum to the run's wall time, and that wall time agrees
+    with a clock read outside the run within 2%; no stage is negative on CPU."""
+    _, summary, outside = default_run
+    stages = summary["stages_s"]
+    assert sum(stages.values()) == pytest.approx(summary["wall_time_s"], rel=1e-9)
+    assert summary["wall_time_s"] == pytest.approx(outside, rel=0.02)
+    assert all(v >= 0 for v in stages.values()), stages
+    # The measured stages, not "other", must explain nearly all of the time.
+    assert stages["other"] < 0.25 * summary["wall_time_s"], stages
+    for name in ("data_wait", "forward", "backward", "optimizer", "evaluation", "setup"):
+        assert stages[name] > 0, name
+
+
+def test_metrics_and_first_losses_agree(default_run):
+    out, summary, _ = default_run
+    rec = load_run(out)
+    steps = rec.events("step")
+    assert len(steps) == summary["steps"] == 30 * 40
+    assert [s["loss"] for s in steps[:5]] == summary["first_losses"]
+    assert [s["step"] for s in steps] == list(range(1, len(steps) + 1))
+    assert len(rec.events("epoch")) == 30 and len(rec.events("test")) == 1
+    # Step stage times add up to what the summary reports for the training stages.
+    fwd = sum(s["stages"]["forward"] for s in steps)
+    assert fwd == pytest.approx(summary["stages_s"]["forward"], rel=1e-6)
+
+
+def test_record_files_and_config_roundtrip(default_run):
+    out, _, _ = default_run
+    for name in ("config.yaml", "env.json", "metrics.jsonl", "system.jsonl", "summary.json"):
+        assert (out / name).is_file(), name
+    env = json.loads((out / "env.json").read_text())
+    assert env["torch"] == torch.__version__ and env["cpu_count"] >= 1
+    saved = yaml.safe_load((out / "config.yaml").read_text())
+    assert saved["out"] is None  # rerunning the saved config makes a fresh directory
+    assert from_dict(saved).to_dict() == {**from_dict({}).to_dict()}
+
+
+def test_report_renders_from_the_saved_run(default_run, tmp_path):
+    out, _, _ = default_run
+    report = build_run_report(out, tmp_path / "rep")
+    names = {p.name for p in report.files}
+    assert {"stages.png", "report.md", "tables.tex"} <= names
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "loss + backward" in md and "97" in md or "9" in md
+
+
+def _failing_factory_module(tmp_path, monkeypatch):
+    (tmp_path / "boom_workload.py").write_text(
+        "import torch\n"
+        "from trainscope.workloads.builtin import digits\n"
+        "calls = {'n': 0}\n"
+        "def loss(out, y):\n"
+        "    calls['n'] += 1\n"
+        "    if calls['n'] == 3:\n"
+        "        raise RuntimeError('loss exploded at step 3')\n"
+        "    return torch.nn.functional.cross_entropy(out, y)\n"
+        "def factory(cfg):\n"
+        "    wl = digits(cfg, None)\n"
+        "    wl.loss_fn = loss\n"
+        "    return wl\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+
+def test_a_run_failing_midway_is_marked_failed(tmp_path, monkeypatch):
+    _failing_factory_module(tmp_path, monkeypatch)
+    out = tmp_path / "run"
+    cfg = from_dict({"workload": {"name": "boom_workload:factory"}, "out": str(out)})
+    with pytest.raises(RuntimeError, match="exploded"):
+        run(cfg)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "failed"
+    assert "loss exploded at step 3" in summary["error"]
+    # The report still renders, and says so.
+    report = build_run_report(out)
+    assert "failed" in report.markdown_path.read_text().lower()
+
+
+def test_synthetic_run_with_workers_and_options(tmp_path):
+    cfg = from_dict(
+        {
+            "workload": {"name": "synthetic", "synthetic_samples": 256, "synthetic_shape": [3, 16, 16]},
+            "data": {"batch_size": 32, "num_workers": 2, "persistent_workers": True, "prefetch_factor": 2},
+            "train": {"epochs": 2, "optimizer": "adamw", "lr": 1e-3, "log_every": 3},
+            "runtime": {"precision": "bf16", "system_interval_s": 0.1},
+            "out": str(tmp_path / "syn"),
+        }
+    )  # fmt: skip
+    summary = run(cfg)
+    assert summary["status"] == "completed" and summary["precision"] == "bf16"
+    assert summary["steps"] == 16 and summary["samples"] == 512
+    assert summary["stages_s"]["data_wait"] > 0
