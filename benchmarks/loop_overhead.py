@@ -74,14 +74,16 @@ def main() -> None:
         f"machine: {platform.machine()}, {os.cpu_count()} CPUs, python {platform.python_version()}"
     )
     print(
-        f"work: synthetic 1x28x28, {args.samples} samples, batch {args.batch_size}, {args.epochs} epochs, LeNet5, num_workers=0"
+        f"work: synthetic 1x28x28, {args.samples} samples, batch {args.batch_size}, "
+        f"{args.epochs} epochs, LeNet5, num_workers=0"
     )
     print("| command | median wall (s) | median CPU (s) |")
     print("| --- | ---: | ---: |")
     for k, (w, c) in med.items():
         print(f"| {k} | {w:.3f} | {c:.3f} |")
     print(
-        f"trainscope / bare, median of {args.runs} pairwise ratios: wall {statistics.median(ratios):.4f} "
+        f"trainscope / bare, median of {args.runs} pairwise ratios: "
+        f"wall {statistics.median(ratios):.4f} "
         f"(min {min(ratios):.4f}, max {max(ratios):.4f}), CPU {statistics.median(cpu_ratios):.4f}"
     )
     if args.json:
