@@ -7,7 +7,9 @@ validated as a whole before anything runs. The resolved config is saved with eve
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -126,8 +128,8 @@ class TrainConfig:
             raise ConfigError(
                 f"unknown optimizer {self.optimizer!r}: choose one of {', '.join(OPTIMIZERS)}"
             )
-        if not self.lr > 0:
-            raise ConfigError(f"lr must be > 0, got {self.lr}")
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            raise ConfigError(f"lr must be a finite number > 0, got {self.lr}")
         if self.momentum < 0 or self.weight_decay < 0:
             raise ConfigError("momentum and weight_decay must be >= 0")
         _positive("eval_every", self.eval_every)
@@ -198,7 +200,11 @@ def _positive(name: str, value: Any) -> None:
 
 
 def _check_types(cls: type, values: dict[str, Any], where: str) -> None:
-    """Reject unknown keys and obviously wrong types before the dataclass sees them."""
+    """Reject unknown keys and wrong types before the dataclass sees them.
+
+    Annotations are strings here (``from __future__ import annotations``), so the check
+    reads them as text; it covers every annotation the config dataclasses use.
+    """
     fields = {f.name: f for f in dataclasses.fields(cls)}
     for key, value in values.items():
         if key not in fields:
@@ -217,6 +223,13 @@ def _check_types(cls: type, values: dict[str, Any], where: str) -> None:
             raise ConfigError(f"{where}.{key} must be a number, got {value!r}")
         elif kind.startswith("str") and not isinstance(value, str):
             raise ConfigError(f"{where}.{key} must be a string, got {value!r}")
+        elif kind.startswith("tuple[int") and not (
+            isinstance(value, (list, tuple))
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+        ):
+            raise ConfigError(f"{where}.{key} must be a list of integers, got {value!r}")
+        elif kind.startswith("dict") and not isinstance(value, dict):
+            raise ConfigError(f"{where}.{key} must be a mapping, got {value!r}")
 
 
 def from_dict(data: dict[str, Any] | None) -> RunConfig:
@@ -232,6 +245,7 @@ def from_dict(data: dict[str, Any] | None) -> RunConfig:
             _check_types(SECTIONS[key], value, key)
             kwargs[key] = SECTIONS[key](**value)
         elif key in ("out", "overwrite"):
+            _check_types(RunConfig, {key: value}, "config")
             kwargs[key] = value
         else:
             raise ConfigError(f"unknown config key {key!r}")
@@ -243,7 +257,7 @@ def from_dict(data: dict[str, Any] | None) -> RunConfig:
 
 def merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     """Apply dotted overrides ("data.batch_size": 256) to nested plain data."""
-    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in base.items()}
+    out = copy.deepcopy(base)  # never write into the caller's nested dicts
     for dotted, value in overrides.items():
         parts = dotted.split(".")
         node = out

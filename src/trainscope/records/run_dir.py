@@ -53,6 +53,10 @@ def atomic_write_json(path: Path, obj: Any) -> None:
             f.write("\n")
             f.flush()
             os.fsync(f.fileno())
+        # mkstemp makes the file private (0600); give it the mode a plain open() would.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

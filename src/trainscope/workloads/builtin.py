@@ -140,7 +140,7 @@ def synthetic(cfg: WorkloadConfig, cache_dir: Path) -> Workload:
 
     return Workload(
         name="synthetic",
-        model=LeNet5(in_channels=c, image_size=min(h, w), num_classes=cfg.num_classes),
+        model=LeNet5(in_channels=c, image_size=(h, w), num_classes=cfg.num_classes),
         train_set=make(n),
         val_set=make(max(n // 4, 1)),
         test_set=make(max(n // 4, 1)),

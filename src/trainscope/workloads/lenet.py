@@ -18,9 +18,12 @@ class LeNet5(nn.Module):
     (activation checkpointing, FSDP wrapping) target.
     """
 
-    def __init__(self, in_channels: int = 1, image_size: int = 28, num_classes: int = 10) -> None:
+    def __init__(
+        self, in_channels: int = 1, image_size: int | tuple[int, int] = 28, num_classes: int = 10
+    ) -> None:
         super().__init__()
-        small = image_size < 20
+        h, w = (image_size, image_size) if isinstance(image_size, int) else image_size
+        small = min(h, w) < 20
         k = 3 if small else 5
         conv1 = nn.Sequential(
             nn.Conv2d(in_channels, 6, k, padding=k // 2), nn.ReLU(), nn.MaxPool2d(2)
@@ -32,11 +35,11 @@ class LeNet5(nn.Module):
         # any input shape the workload brings (and non-square images).
         try:
             with torch.no_grad():
-                feat = conv2(conv1(torch.zeros(1, in_channels, image_size, image_size)))
+                feat = conv2(conv1(torch.zeros(1, in_channels, h, w)))
         except RuntimeError:
-            raise ConfigError(f"image size {image_size} is too small for LeNet5 (min 4)") from None
+            raise ConfigError(f"image size {h}x{w} is too small for LeNet5 (min 4x4)") from None
         if feat.numel() == 0:
-            raise ConfigError(f"image size {image_size} is too small for LeNet5 (min 4)")
+            raise ConfigError(f"image size {h}x{w} is too small for LeNet5 (min 4x4)")
         head = nn.Sequential(
             nn.Flatten(),
             nn.Linear(feat.numel(), 120),

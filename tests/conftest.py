@@ -1,0 +1,88 @@
+"""Shared test fixtures: where the real shared data lives, and small MNIST-format folders.
+
+Kept small and general on purpose; a fixture only one test module needs belongs in that
+module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from trainscope.data.idx import write_idx
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+# The four standard MNIST file stems: (split prefix, kind).
+MNIST_TRAIN_IMAGES = "train-images-idx3-ubyte"
+MNIST_TRAIN_LABELS = "train-labels-idx1-ubyte"
+MNIST_TEST_IMAGES = "t10k-images-idx3-ubyte"
+MNIST_TEST_LABELS = "t10k-labels-idx1-ubyte"
+
+
+def write_mnist_dir(
+    root: Path,
+    n_train: int = 200,
+    n_test: int = 50,
+    *,
+    size: int = 28,
+    seed: int = 0,
+    gz: bool = True,
+) -> Path:
+    """Write random MNIST-format files (uint8 images, labels 0..9) into ``root``.
+
+    Labels cycle through 0..9 (shuffled), so every class is present when n >= 10.
+    Returns ``root``.
+    """
+    rng = np.random.default_rng(seed)
+    root.mkdir(parents=True, exist_ok=True)
+    suffix = ".gz" if gz else ""
+    for images_stem, labels_stem, n in (
+        (MNIST_TRAIN_IMAGES, MNIST_TRAIN_LABELS, n_train),
+        (MNIST_TEST_IMAGES, MNIST_TEST_LABELS, n_test),
+    ):
+        images = rng.integers(0, 256, (n, size, size), dtype=np.uint8)
+        labels = rng.permutation(np.arange(n) % 10).astype(np.uint8)
+        write_idx(root / f"{images_stem}{suffix}", images)
+        write_idx(root / f"{labels_stem}{suffix}", labels)
+    return root
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    """The root of the checkout (the folder holding pyproject.toml)."""
+    return REPO_ROOT
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """``../shared/data`` beside the checkout (or inside it where a machine carries it).
+
+    Skips the test when the folder is absent: nothing is ever downloaded in tests.
+    """
+    for candidate in (REPO_ROOT.parent / "shared" / "data", REPO_ROOT / "shared" / "data"):
+        if candidate.is_dir():
+            return candidate
+    pytest.skip("shared data folder ../shared/data not present")
+
+
+@pytest.fixture
+def make_mnist_dir(tmp_path: Path) -> Callable[..., Path]:
+    """A factory ``make(name="mnist", **kwargs)`` writing a small MNIST folder in tmp_path.
+
+    Keyword arguments go to :func:`write_mnist_dir` (n_train, n_test, size, seed, gz).
+    """
+
+    def make(name: str = "mnist", **kwargs: object) -> Path:
+        return write_mnist_dir(tmp_path / name, **kwargs)  # type: ignore[arg-type]
+
+    return make
+
+
+@pytest.fixture
+def mnist_dir(make_mnist_dir: Callable[..., Path]) -> Path:
+    """A small MNIST folder: 200 training and 50 test images of 28x28, gzip-compressed."""
+    return make_mnist_dir()

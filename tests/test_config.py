@@ -1,0 +1,289 @@
+"""Tests for trainscope.config: defaults, validation, merge of overrides, YAML round trips."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from trainscope.config import (
+    DataConfig,
+    RunConfig,
+    RuntimeConfig,
+    TrainConfig,
+    WorkloadConfig,
+    from_dict,
+    load_yaml,
+    merge,
+    resolve,
+)
+from trainscope.errors import ConfigError, TrainscopeError
+
+# ----------------------------------------------------------------------------- defaults
+
+
+def test_defaults_are_valid_and_documented_values() -> None:
+    cfg = RunConfig()
+    assert cfg.workload.name == "digits"
+    assert cfg.data.batch_size == 32 and cfg.data.num_workers == 0
+    assert cfg.train.epochs == 30 and cfg.train.optimizer == "sgd" and cfg.train.lr == 0.05
+    assert cfg.runtime.device == "auto" and cfg.runtime.precision == "fp32"
+    assert cfg.out is None and cfg.overwrite is False
+    assert from_dict({}) == cfg
+    assert from_dict(None) == cfg
+    assert resolve(None, {}) == cfg
+
+
+def test_config_error_is_a_trainscope_error() -> None:
+    # The CLI prints TrainscopeErrors as one line; ConfigError must be one of them.
+    assert issubclass(ConfigError, TrainscopeError)
+
+
+# --------------------------------------------------------------------------- validation
+
+# (nested config data, a regex the one-line message must match)
+INVALID: list[tuple[dict[str, Any], str]] = [
+    # workload
+    ({"workload": {"name": "nope"}}, r"unknown workload 'nope'.*digits, mnist, synthetic"),
+    ({"workload": {"name": "pkg.module"}}, r"unknown workload 'pkg.module'"),
+    ({"workload": {"name": "1pkg.mod:make"}}, r"unknown workload"),
+    ({"workload": {"name": "pkg.mod:1make"}}, r"unknown workload"),
+    ({"workload": {"name": ":make"}}, r"unknown workload"),
+    ({"workload": {"name": "pkg.mod:"}}, r"unknown workload"),
+    ({"workload": {"synthetic_shape": [1, 28]}}, r"synthetic_shape must be three positive"),
+    ({"workload": {"synthetic_shape": [1, 28, 28, 1]}}, r"synthetic_shape must be three"),
+    ({"workload": {"synthetic_shape": [1, 0, 28]}}, r"synthetic_shape must be three positive"),
+    ({"workload": {"synthetic_shape": [1, 28, -4]}}, r"synthetic_shape must be three positive"),
+    ({"workload": {"synthetic_samples": 0}}, r"synthetic_samples must be a positive integer"),
+    ({"workload": {"num_classes": 1}}, r"num_classes must be at least 2, got 1"),
+    ({"workload": {"num_classes": 0}}, r"num_classes must be at least 2"),
+    # data
+    ({"data": {"batch_size": 0}}, r"batch_size must be a positive integer, got 0"),
+    ({"data": {"batch_size": -3}}, r"batch_size must be a positive integer, got -3"),
+    ({"data": {"num_workers": -1}}, r"num_workers must be >= 0, got -1"),
+    ({"data": {"persistent_workers": True}}, r"persistent_workers needs num_workers > 0"),
+    ({"data": {"prefetch_factor": 2}}, r"prefetch_factor needs num_workers > 0"),
+    (
+        {"data": {"prefetch_factor": 0, "num_workers": 2}},
+        r"prefetch_factor must be a positive integer, got 0",
+    ),
+    # train
+    ({"train": {"epochs": 0}}, r"epochs must be a positive integer, got 0"),
+    ({"train": {"max_steps_per_epoch": 0}}, r"max_steps_per_epoch must be a positive integer"),
+    ({"train": {"optimizer": "lamb"}}, r"unknown optimizer 'lamb'.*sgd, adam, adamw"),
+    ({"train": {"lr": 0}}, r"lr must be a finite number > 0, got 0"),
+    ({"train": {"lr": -0.1}}, r"lr must be a finite number > 0, got -0.1"),
+    ({"train": {"lr": float("nan")}}, r"lr must be a finite number > 0, got nan"),
+    ({"train": {"lr": float("inf")}}, r"lr must be a finite number > 0, got inf"),
+    ({"train": {"momentum": -0.5}}, r"momentum and weight_decay must be >= 0"),
+    ({"train": {"weight_decay": -1e-4}}, r"momentum and weight_decay must be >= 0"),
+    ({"train": {"eval_every": 0}}, r"eval_every must be a positive integer"),
+    ({"train": {"log_every": -1}}, r"log_every must be a positive integer"),
+    # runtime
+    ({"runtime": {"device": "tpu"}}, r"unknown device 'tpu'"),
+    ({"runtime": {"device": "cuda:"}}, r"unknown device 'cuda:'"),
+    ({"runtime": {"device": "cuda:x"}}, r"unknown device 'cuda:x'"),
+    ({"runtime": {"device": "CPU"}}, r"unknown device 'CPU'"),
+    ({"runtime": {"precision": "fp8"}}, r"unknown precision 'fp8'.*fp32, tf32, fp16, bf16"),
+    ({"runtime": {"timing": "fast"}}, r"unknown timing mode 'fast'.*auto, exact"),
+    ({"runtime": {"system_interval_s": 0}}, r"system_interval_s must be > 0"),
+    # structure
+    ({"nope": 1}, r"unknown config key 'nope'"),
+    ({"train": {"nope": 1}}, r"unknown config key train\.nope"),
+    ({"data": 5}, r"config section 'data' must be a mapping"),
+    ({"data": [1, 2]}, r"config section 'data' must be a mapping"),
+    # null where not allowed
+    ({"train": {"epochs": None}}, r"train\.epochs must not be null"),
+    ({"workload": {"name": None}}, r"workload\.name must not be null"),
+    ({"runtime": {"device": None}}, r"runtime\.device must not be null"),
+    # wrong types
+    ({"data": {"batch_size": True}}, r"data\.batch_size must be an integer, got True"),
+    ({"data": {"batch_size": "x"}}, r"data\.batch_size must be an integer, got 'x'"),
+    ({"data": {"batch_size": 1.5}}, r"data\.batch_size must be an integer, got 1\.5"),
+    ({"train": {"epochs": False}}, r"train\.epochs must be an integer"),
+    ({"workload": {"download": 1}}, r"workload\.download must be true or false, got 1"),
+    ({"data": {"pin_memory": "yes"}}, r"data\.pin_memory must be true or false"),
+    ({"train": {"lr": "0.1"}}, r"train\.lr must be a number, got '0\.1'"),
+    ({"train": {"lr": True}}, r"train\.lr must be a number, got True"),
+    ({"runtime": {"device": 0}}, r"runtime\.device must be a string, got 0"),
+    ({"workload": {"name": ["digits"]}}, r"workload\.name must be a string"),
+]
+
+
+@pytest.mark.parametrize(("data", "pattern"), INVALID, ids=[repr(d) for d, _ in INVALID])
+def test_invalid_config_is_one_line_config_error(data: dict[str, Any], pattern: str) -> None:
+    with pytest.raises(ConfigError, match=pattern) as exc:
+        from_dict(data)
+    assert "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"workload": {"synthetic_shape": 5}},
+        {"workload": {"synthetic_shape": ["x", 28, 28]}},
+        {"workload": {"synthetic_shape": [1.5, 28, 28]}},
+        {"workload": {"options": 3}},
+        {"out": 3},
+        {"overwrite": 3},
+    ],
+    ids=["shape-not-a-list", "shape-str-item", "shape-float-item", "options", "out", "overwrite"],
+)
+def test_wrong_types_are_config_errors(data: dict[str, Any]) -> None:
+    with pytest.raises(ConfigError):
+        from_dict(data)
+
+
+def test_dataclasses_validate_on_direct_construction() -> None:
+    with pytest.raises(ConfigError, match="batch_size"):
+        DataConfig(batch_size=0)
+    with pytest.raises(ConfigError, match="optimizer"):
+        TrainConfig(optimizer="rmsprop")
+    with pytest.raises(ConfigError, match="precision"):
+        RuntimeConfig(precision="int8")
+    with pytest.raises(ConfigError, match="workload"):
+        WorkloadConfig(name="resnet")
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["digits", "mnist", "synthetic", "pkg.mod:factory", "my_pkg.sub_mod:make_workload", "m:f"],
+)
+def test_valid_workload_names(name: str) -> None:
+    # A factory name is only checked for form here; importing it is build_workload's job.
+    assert from_dict({"workload": {"name": name}}).workload.name == name
+
+
+def test_values_that_are_valid() -> None:
+    cfg = from_dict(
+        {
+            "workload": {"synthetic_shape": [3, 32, 16], "num_classes": 2, "data_dir": None},
+            "data": {"num_workers": 2, "prefetch_factor": 4, "persistent_workers": True},
+            "train": {"lr": 1, "max_steps_per_epoch": None, "optimizer": "adamw"},
+            "runtime": {"device": "cuda:1", "system_interval_s": 0.25},
+        }
+    )
+    assert cfg.workload.synthetic_shape == (3, 32, 16)  # YAML lists become tuples
+    assert cfg.data.prefetch_factor == 4 and cfg.data.persistent_workers is True
+    assert cfg.train.lr == 1  # an int is a fine float
+    assert cfg.train.max_steps_per_epoch is None
+    assert cfg.runtime.device == "cuda:1"  # form only: whether it exists is checked at run time
+
+
+def test_null_section_means_defaults() -> None:
+    assert from_dict({"data": None, "train": None}) == RunConfig()
+
+
+# -------------------------------------------------------------------------------- merge
+
+
+def test_merge_dotted_overrides() -> None:
+    base = {"data": {"batch_size": 16, "num_workers": 2}, "train": {"epochs": 3}}
+    out = merge(
+        base,
+        {"data.batch_size": 8, "runtime.precision": "bf16", "out": "runs/x", "train.lr": 0.1},
+    )
+    assert out == {
+        "data": {"batch_size": 8, "num_workers": 2},
+        "train": {"epochs": 3, "lr": 0.1},
+        "runtime": {"precision": "bf16"},
+        "out": "runs/x",
+    }
+    # The base is not modified.
+    assert base == {"data": {"batch_size": 16, "num_workers": 2}, "train": {"epochs": 3}}
+
+
+def test_merge_later_override_wins_and_deep_keys() -> None:
+    out = merge({}, {"workload.options.width": 64, "workload.options.depth": 2})
+    assert out == {"workload": {"options": {"width": 64, "depth": 2}}}
+
+
+def test_merge_into_a_value_is_an_error() -> None:
+    with pytest.raises(ConfigError, match=r"cannot override train\.lr\.x: lr is not a section"):
+        merge({"train": {"lr": 0.1}}, {"train.lr.x": 1})
+
+
+def test_merge_does_not_modify_nested_base() -> None:
+    base = {"workload": {"options": {"width": 32}}}
+    snapshot = copy.deepcopy(base)
+    merge(base, {"workload.options.width": 64})
+    assert base == snapshot
+
+
+# ----------------------------------------------------------------------- YAML and resolve
+
+
+def test_load_yaml_errors(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"config file .*missing\.yaml does not exist"):
+        load_yaml(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("data: [1\n")
+    with pytest.raises(ConfigError, match=r"bad\.yaml is not valid YAML") as exc:
+        load_yaml(bad)
+    assert "\n" not in str(exc.value)
+    top_list = tmp_path / "list.yaml"
+    top_list.write_text("- 1\n- 2\n")
+    with pytest.raises(ConfigError, match="must hold a mapping at the top level"):
+        load_yaml(top_list)
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    assert load_yaml(empty) == {}
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_yaml(tmp_path)  # a directory is not a config file
+
+
+def test_resolve_precedence_defaults_yaml_overrides(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("data: {batch_size: 16, num_workers: 1}\ntrain: {epochs: 2, lr: 0.2}\n")
+    cfg = resolve(path, {"data.batch_size": 8})
+    assert cfg.data.batch_size == 8  # override beats YAML
+    assert cfg.data.num_workers == 1 and cfg.train.epochs == 2 and cfg.train.lr == 0.2  # YAML
+    assert cfg.train.optimizer == "sgd"  # default
+
+
+def test_resolve_validates_the_merged_whole(tmp_path: Path) -> None:
+    # Valid on its own, the YAML becomes invalid once the override removes the workers.
+    path = tmp_path / "c.yaml"
+    path.write_text("data: {num_workers: 2, prefetch_factor: 4}\n")
+    assert resolve(path, {}).data.prefetch_factor == 4
+    with pytest.raises(ConfigError, match="prefetch_factor needs num_workers > 0"):
+        resolve(path, {"data.num_workers": 0})
+
+
+# ---------------------------------------------------------------------- to/from dict
+
+
+def _non_default_config() -> RunConfig:
+    return RunConfig(
+        workload=WorkloadConfig(
+            name="synthetic",
+            synthetic_shape=(3, 16, 24),
+            synthetic_samples=100,
+            num_classes=4,
+            options={"width": 8},
+        ),
+        data=DataConfig(batch_size=7, num_workers=2, prefetch_factor=3, drop_last=True),
+        train=TrainConfig(epochs=2, max_steps_per_epoch=5, optimizer="adam", lr=1e-3),
+        runtime=RuntimeConfig(device="cpu", precision="bf16", timing="exact", progress=False),
+        out="runs/a",
+        overwrite=True,
+    )
+
+
+def test_to_dict_is_plain_data() -> None:
+    d = _non_default_config().to_dict()
+    assert set(d) == {"workload", "data", "train", "runtime", "out", "overwrite"}
+    assert d["workload"]["synthetic_shape"] == [3, 16, 24]  # a list: YAML-friendly
+    assert d["data"]["batch_size"] == 7 and d["runtime"]["precision"] == "bf16"
+    # safe_dump only accepts plain types; it would raise on a tuple or a dataclass.
+    yaml.safe_dump(d)
+
+
+@pytest.mark.parametrize("cfg", [RunConfig(), _non_default_config()], ids=["default", "custom"])
+def test_to_dict_from_dict_roundtrip(cfg: RunConfig) -> None:
+    assert from_dict(cfg.to_dict()) == cfg
+    # And through YAML text, as config.yaml is written and read back.
+    assert from_dict(yaml.safe_load(yaml.safe_dump(cfg.to_dict(), sort_keys=False))) == cfg

@@ -1,0 +1,391 @@
+"""Tests for the built-in workloads, LeNet5, user factories and random-affine augmentation."""
+
+from __future__ import annotations
+
+import math
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import TensorDataset
+
+from trainscope.config import WorkloadConfig
+from trainscope.data.augment import RandomAffine
+from trainscope.data.idx import read_idx, write_idx
+from trainscope.errors import ConfigError, DataError
+from trainscope.workloads import build_workload, load_factory
+from trainscope.workloads.base import Workload
+from trainscope.workloads.builtin import (
+    DIGITS_SPLIT,
+    DIGITS_SPLIT_SEED,
+    MNIST_MEAN,
+    MNIST_STD,
+    MnistImages,
+    digits,
+    load_digits_arrays,
+    mnist,
+    stratified_split,
+    synthetic,
+)
+from trainscope.workloads.lenet import LeNet5
+
+N_DIGITS = 1797
+
+# ------------------------------------------------------------------------------- digits
+
+
+@pytest.fixture(scope="module")
+def digits_workload() -> Workload:
+    return digits(WorkloadConfig(), Path("unused-cache"))
+
+
+def test_digits_arrays() -> None:
+    images, labels = load_digits_arrays()
+    assert images.shape == (N_DIGITS, 8, 8) and images.dtype == np.float32
+    assert labels.shape == (N_DIGITS,) and labels.dtype == np.int64
+    assert images.min() == 0 and images.max() == 16
+    assert sorted(np.unique(labels).tolist()) == list(range(10))
+
+
+def test_digits_split_sizes_and_content(digits_workload: Workload) -> None:
+    wl = digits_workload
+    sets = [wl.train_set, wl.val_set, wl.test_set]
+    sizes = [len(s) for s in sets]
+    assert sum(sizes) == N_DIGITS
+    for size, frac in zip(sizes, DIGITS_SPLIT):
+        assert abs(size - frac * N_DIGITS) <= 10  # stratified rounding per class
+    for s in sets:
+        assert isinstance(s, TensorDataset)
+        x, y = s.tensors
+        assert x.shape[1:] == (1, 8, 8) and x.dtype == torch.float32
+        assert 0.0 <= float(x.min()) and float(x.max()) <= 1.0  # scaled from 0..16
+        assert y.dtype == torch.int64
+        assert torch.unique(y).tolist() == list(range(10))  # every class in every split
+    assert wl.num_classes == 10 and wl.class_names == [str(i) for i in range(10)]
+    assert isinstance(wl.model, LeNet5)
+    assert wl.model(wl.train_set.tensors[0][:4]).shape == (4, 10)
+
+
+def test_digits_split_is_disjoint_and_matches_indices(digits_workload: Workload) -> None:
+    images, labels = load_digits_arrays()
+    parts = stratified_split(labels, DIGITS_SPLIT, DIGITS_SPLIT_SEED)
+    joined = np.concatenate(parts)
+    assert len(joined) == N_DIGITS and len(np.unique(joined)) == N_DIGITS  # disjoint, complete
+    for part, ds in zip(
+        parts, [digits_workload.train_set, digits_workload.val_set, digits_workload.test_set]
+    ):
+        x, y = ds.tensors
+        np.testing.assert_array_equal(y.numpy(), labels[part])
+        np.testing.assert_allclose(x.numpy()[:, 0], images[part] / 16.0)
+
+
+def test_digits_split_is_the_same_across_calls_and_seeds(digits_workload: Workload) -> None:
+    torch.manual_seed(123)
+    np.random.seed(123)  # the split has its own seed: global seeds must not matter
+    again = digits(WorkloadConfig(), Path("unused-cache"))
+    for a, b in zip(
+        [digits_workload.train_set, digits_workload.val_set, digits_workload.test_set],
+        [again.train_set, again.val_set, again.test_set],
+    ):
+        assert torch.equal(a.tensors[0], b.tensors[0])
+        assert torch.equal(a.tensors[1], b.tensors[1])
+
+
+def test_stratified_split_keeps_class_shares() -> None:
+    labels = np.array([0] * 100 + [1] * 20 + [2] * 40)
+    train, val, test = stratified_split(labels, (0.5, 0.25, 0.25), seed=1)
+    for part, want in ((train, (50, 10, 20)), (val, (25, 5, 10)), (test, (25, 5, 10))):
+        assert tuple(np.bincount(labels[part], minlength=3)) == want
+    assert len(np.intersect1d(train, val)) == len(np.intersect1d(train, test)) == 0
+
+
+# ------------------------------------------------------------------------------- LeNet5
+
+
+@pytest.mark.parametrize(
+    ("channels", "size"), [(1, 8), (1, 28), (1, 32), (3, 32), (3, 8), (1, 4), (1, 20)]
+)
+def test_lenet_output_shape(channels: int, size: int) -> None:
+    model = LeNet5(in_channels=channels, image_size=size, num_classes=7)
+    out = model(torch.randn(3, channels, size, size))
+    assert out.shape == (3, 7)
+    assert len(model.blocks) == 3
+    # One name per parameter: state dicts carry no aliased tensors.
+    assert all(k.startswith("blocks.") for k in model.state_dict())
+
+
+def test_lenet_classic_mnist_shape() -> None:
+    # 5x5 kernels on 28x28: 16 x 4 x 4 = 400 features into the 120-unit layer.
+    model = LeNet5(in_channels=1, image_size=28, num_classes=10)
+    assert model.blocks[2][1].in_features == 400
+    assert model.blocks[0][0].kernel_size == (5, 5)
+    assert LeNet5(image_size=8).blocks[0][0].kernel_size == (3, 3)
+
+
+@pytest.mark.parametrize("size", [1, 2, 3])
+def test_lenet_too_small_image(size: int) -> None:
+    with pytest.raises(ConfigError, match=f"image size {size}x{size} is too small for LeNet5"):
+        LeNet5(in_channels=1, image_size=size)
+
+
+# ---------------------------------------------------------------------------- synthetic
+
+
+def test_synthetic_shapes() -> None:
+    cfg = WorkloadConfig(
+        name="synthetic", synthetic_samples=40, synthetic_shape=(3, 16, 16), num_classes=5
+    )
+    wl = synthetic(cfg, Path("unused-cache"))
+    assert (len(wl.train_set), len(wl.val_set), len(wl.test_set)) == (40, 10, 10)
+    x, y = wl.train_set.tensors
+    assert x.shape == (40, 3, 16, 16) and x.dtype == torch.float32
+    assert y.dtype == torch.int64 and 0 <= int(y.min()) and int(y.max()) < 5
+    assert wl.num_classes == 5 and len(wl.class_names) == 5
+    assert wl.model(x[:6]).shape == (6, 5)
+    # Three different draws, not one tensor reused for every split.
+    assert not torch.equal(wl.val_set.tensors[0], wl.test_set.tensors[0])
+
+
+def test_synthetic_tiny_sample_count_keeps_eval_sets() -> None:
+    wl = synthetic(WorkloadConfig(name="synthetic", synthetic_samples=2), Path("unused"))
+    assert (len(wl.train_set), len(wl.val_set), len(wl.test_set)) == (2, 1, 1)
+
+
+def test_synthetic_is_deterministic_whatever_the_global_seed() -> None:
+    cfg = WorkloadConfig(name="synthetic", synthetic_samples=16, synthetic_shape=(1, 8, 8))
+    torch.manual_seed(1)
+    a = synthetic(cfg, Path("unused"))
+    torch.manual_seed(2)
+    b = synthetic(cfg, Path("unused"))
+    for sa, sb in ((a.train_set, b.train_set), (a.test_set, b.test_set)):
+        assert torch.equal(sa.tensors[0], sb.tensors[0])
+        assert torch.equal(sa.tensors[1], sb.tensors[1])
+
+
+def test_synthetic_non_square_images() -> None:
+    cfg = WorkloadConfig(name="synthetic", synthetic_samples=8, synthetic_shape=(1, 28, 40))
+    wl = synthetic(cfg, Path("unused"))
+    assert wl.model(wl.train_set.tensors[0][:2]).shape == (2, 10)
+
+
+# -------------------------------------------------------------------------------- mnist
+
+
+def _mnist_cfg(data_dir: Path, augment: bool = False) -> WorkloadConfig:
+    return WorkloadConfig(name="mnist", data_dir=str(data_dir), download=False, augment=augment)
+
+
+def test_mnist_from_local_dir(mnist_dir: Path, tmp_path: Path) -> None:
+    wl = mnist(_mnist_cfg(mnist_dir), tmp_path / "cache")
+    # 200 training images: the last tenth (20) is the validation set.
+    assert (len(wl.train_set), len(wl.val_set), len(wl.test_set)) == (180, 20, 50)
+    train_x = read_idx(mnist_dir / "train-images-idx3-ubyte.gz")
+    train_y = read_idx(mnist_dir / "train-labels-idx1-ubyte.gz")
+    test_y = read_idx(mnist_dir / "t10k-labels-idx1-ubyte.gz")
+    x, y = wl.train_set[5]
+    assert x.shape == (1, 28, 28) and x.dtype == torch.float32
+    want = (train_x[5].astype(np.float32) / 255.0 - MNIST_MEAN) / MNIST_STD
+    np.testing.assert_allclose(x[0].numpy(), want, rtol=1e-5, atol=1e-5)
+    assert int(y) == int(train_y[5])
+    assert wl.val_set.tensors[1].tolist() == train_y[180:].tolist()
+    assert wl.test_set.tensors[1].tolist() == test_y.tolist()
+    assert wl.model(wl.test_set.tensors[0][:3]).shape == (3, 10)
+    assert not (tmp_path / "cache").exists()  # --data-dir given: the cache is never touched
+
+
+def test_mnist_augmented_train_items(mnist_dir: Path, tmp_path: Path) -> None:
+    plain = mnist(_mnist_cfg(mnist_dir), tmp_path / "cache")
+    aug = mnist(_mnist_cfg(mnist_dir, augment=True), tmp_path / "cache")
+    assert isinstance(aug.train_set, MnistImages) and len(aug.train_set) == 180
+    assert "augmentation" in aug.description and "augmentation" not in plain.description
+    x1, y1 = aug.train_set[3]
+    x2, y2 = aug.train_set[3]
+    assert x1.shape == (1, 28, 28) and x1.dtype == torch.float32
+    assert int(y1) == int(y2) == int(plain.train_set[3][1])
+    assert not torch.allclose(x1, x2)  # a fresh random transform per call
+    # Evaluation data is never augmented.
+    assert torch.equal(aug.val_set.tensors[0], plain.val_set.tensors[0])
+    assert torch.equal(aug.test_set.tensors[0], plain.test_set.tensors[0])
+
+
+def test_mnist_augment_with_identity_transform_matches_plain(mnist_dir: Path, tmp_path: Path):
+    plain = mnist(_mnist_cfg(mnist_dir), tmp_path / "cache")
+    aug = mnist(_mnist_cfg(mnist_dir, augment=True), tmp_path / "cache")
+    identity = MnistImages(
+        aug.train_set.images, aug.train_set.labels, RandomAffine(0.0, 0.0, (1.0, 1.0))
+    )
+    torch.testing.assert_close(identity[7][0], plain.train_set[7][0], atol=1e-4, rtol=1e-4)
+
+
+def test_mnist_offline_without_data_dir(tmp_path: Path) -> None:
+    cfg = WorkloadConfig(name="mnist", download=False)
+    with pytest.raises(DataError, match="downloading is off"):
+        mnist(cfg, tmp_path / "cache")
+
+
+def test_mnist_on_real_shared_test_set(shared_data: Path, tmp_path: Path) -> None:
+    src = shared_data / "mnist"
+    if not (src / "t10k-images-idx3-ubyte.gz").is_file():
+        pytest.skip("shared MNIST test set not present")
+    images = read_idx(src / "t10k-images-idx3-ubyte.gz")
+    labels = read_idx(src / "t10k-labels-idx1-ubyte.gz")
+    root = tmp_path / "mnist"
+    root.mkdir()
+    # Uncompressed copies are accepted too (and are fast to write).
+    write_idx(root / "train-images-idx3-ubyte", images[:8000])
+    write_idx(root / "train-labels-idx1-ubyte", labels[:8000])
+    write_idx(root / "t10k-images-idx3-ubyte", images[8000:])
+    write_idx(root / "t10k-labels-idx1-ubyte", labels[8000:])
+    wl = mnist(_mnist_cfg(root), tmp_path / "cache")
+    assert (len(wl.train_set), len(wl.val_set), len(wl.test_set)) == (7200, 800, 2000)
+    x = wl.train_set.tensors[0]
+    # MNIST's own mean/std: real digits normalise to about zero mean and unit std.
+    assert abs(float(x.mean())) < 0.05 and abs(float(x.std()) - 1.0) < 0.05
+
+
+# ------------------------------------------------------------------------ user factories
+
+USER_MODULE = """
+import torch
+from torch import nn
+from torch.utils.data import TensorDataset
+
+from trainscope.workloads.base import Workload
+
+NOT_CALLABLE = 3
+
+
+def make(cfg):
+    width = cfg.options.get("width", 4)
+    g = torch.Generator().manual_seed(0)
+    data = TensorDataset(torch.randn(12, 3, generator=g), torch.randint(0, 2, (12,), generator=g))
+    return Workload(
+        name="tiny",
+        model=nn.Sequential(nn.Linear(3, width), nn.ReLU(), nn.Linear(width, 2)),
+        train_set=data,
+        val_set=None,
+        test_set=None,
+        num_classes=2,
+        description=f"tiny MLP width {width} for {cfg.name}",
+    )
+
+
+def not_a_workload(cfg):
+    return {"model": None}
+"""
+
+
+@pytest.fixture
+def user_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A package ``<unique>.workloads`` importable from tmp_path; yields the package name."""
+    pkg = f"ts_user_{uuid.uuid4().hex[:10]}"
+    (tmp_path / pkg).mkdir()
+    (tmp_path / pkg / "__init__.py").write_text("")
+    (tmp_path / pkg / "workloads.py").write_text(USER_MODULE)
+    (tmp_path / pkg / "broken.py").write_text("import ts_no_such_dependency_xyz\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield pkg
+    for name in [m for m in sys.modules if m == pkg or m.startswith(pkg + ".")]:
+        del sys.modules[name]
+
+
+def test_user_factory_builds_workload(user_package: str, tmp_path: Path) -> None:
+    spec = f"{user_package}.workloads:make"
+    cfg = WorkloadConfig(name=spec, options={"width": 5})
+    wl = build_workload(cfg, tmp_path)
+    assert isinstance(wl, Workload) and wl.name == "tiny"
+    assert wl.model[0].out_features == 5  # options reached the factory
+    assert wl.description == f"tiny MLP width 5 for {spec}"  # and so did the config
+    assert wl.class_names == ["0", "1"]
+    assert wl.model(wl.train_set.tensors[0]).shape == (12, 2)
+
+
+def test_user_factory_returning_non_workload(user_package: str, tmp_path: Path) -> None:
+    spec = f"{user_package}.workloads:not_a_workload"
+    with pytest.raises(ConfigError, match=r"returned dict, not a Workload"):
+        build_workload(WorkloadConfig(name=spec), tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("target", "pattern"),
+    [
+        ("ts_no_such_module_xyz:make", r"cannot import 'ts_no_such_module_xyz'"),
+        ("{pkg}.nope:make", r"cannot import '{pkg}\.nope'"),
+        ("{pkg}.broken:make", r"cannot import '{pkg}\.broken'.*ts_no_such_dependency_xyz"),
+        ("{pkg}.workloads:missing", r"has no callable 'missing'"),
+        ("{pkg}.workloads:NOT_CALLABLE", r"has no callable 'NOT_CALLABLE'"),
+    ],
+)
+def test_user_factory_errors(user_package: str, tmp_path: Path, target: str, pattern: str):
+    spec = target.format(pkg=user_package)
+    with pytest.raises(ConfigError, match=pattern.format(pkg=user_package)) as exc:
+        build_workload(WorkloadConfig(name=spec), tmp_path)
+    assert "\n" not in str(exc.value)
+    with pytest.raises(ConfigError):
+        load_factory(spec)
+
+
+def test_build_workload_dispatches_builtins(tmp_path: Path) -> None:
+    wl = build_workload(WorkloadConfig(name="synthetic", synthetic_samples=4), tmp_path)
+    assert wl.name == "synthetic" and len(wl.train_set) == 4
+
+
+# ------------------------------------------------------------------------ RandomAffine
+
+
+def test_random_affine_identity_batch_and_single() -> None:
+    identity = RandomAffine(degrees=0.0, translate=0.0, scale=(1.0, 1.0))
+    batch = torch.rand(4, 2, 28, 28)
+    out = identity(batch)
+    assert out.shape == batch.shape and out.dtype == batch.dtype
+    torch.testing.assert_close(out, batch, atol=1e-5, rtol=1e-5)
+    single = torch.rand(1, 9, 13)  # non-square too
+    out1 = identity(single)
+    assert out1.shape == (1, 9, 13)
+    torch.testing.assert_close(out1, single, atol=1e-5, rtol=1e-5)
+
+
+def test_random_affine_default_shapes_and_change() -> None:
+    aug = RandomAffine()
+    batch = torch.rand(5, 3, 16, 16)
+    out = aug(batch)
+    assert out.shape == (5, 3, 16, 16) and out.dtype == torch.float32
+    assert not torch.allclose(out, batch)
+    assert aug(batch[0]).shape == (3, 16, 16)
+
+
+def test_random_affine_generator_is_reproducible() -> None:
+    aug = RandomAffine()
+    x = torch.rand(3, 1, 12, 12)
+    a = aug(x, torch.Generator().manual_seed(7))
+    b = aug(x, torch.Generator().manual_seed(7))
+    c = aug(x, torch.Generator().manual_seed(8))
+    assert torch.equal(a, b)
+    assert not torch.allclose(a, c)
+
+
+def test_random_affine_matrices_stay_in_range() -> None:
+    aug = RandomAffine(degrees=10.0, translate=0.1, scale=(0.9, 1.1))
+    theta = aug.matrices(2000, torch.Generator().manual_seed(0))
+    assert theta.shape == (2000, 2, 3)
+    a, b = theta[:, 0, 0], theta[:, 1, 0]
+    angle = torch.atan2(b, a).abs()
+    scale = 1.0 / torch.sqrt(a * a + b * b)
+    assert float(angle.max()) <= math.radians(10.0) + 1e-5
+    assert float(angle.max()) > math.radians(8.0)  # and the range is actually used
+    assert 0.9 - 1e-5 <= float(scale.min()) and float(scale.max()) <= 1.1 + 1e-5
+    shift = theta[:, :, 2].abs()
+    assert float(shift.max()) <= 0.2 + 1e-6  # 0.1 of the size = 0.2 in [-1, 1] units
+    assert float(shift.max()) > 0.15
+
+
+def test_random_affine_fill_shows_at_the_border() -> None:
+    # Zooming out by 2 pulls in area from outside the image, which takes the fill value.
+    shrink = RandomAffine(degrees=0.0, translate=0.0, scale=(0.5, 0.5), fill=1.0)
+    out = shrink(torch.zeros(1, 1, 16, 16))
+    assert float(out[0, 0, 0, 0]) == pytest.approx(1.0, abs=1e-5)
+    assert float(out[0, 0, 8, 8]) == pytest.approx(0.0, abs=1e-5)
