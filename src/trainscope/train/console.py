@@ -4,25 +4,26 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-)
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 
 class RunConsole:
-    """Progress and summary printing; ``enabled=False`` prints nothing (tests, studies)."""
+    """Progress and summary printing; ``enabled=False`` prints nothing (tests, studies).
+
+    rich is imported only when something is printed: it costs about 0.1 s of start-up,
+    which a quiet run (a study, a benchmark) should not pay.
+    """
 
     def __init__(self, enabled: bool = True, progress: bool = True) -> None:
         self.enabled = enabled
         self.show_progress = progress
-        self.console = Console(stderr=True)
+        if enabled:
+            from rich.console import Console
+
+            self.console = Console(stderr=True)
         self._progress: Progress | None = None
         self._task: Any = None
         self._t0 = 0.0
@@ -43,6 +44,14 @@ class RunConsole:
         self._t0, self._samples = time.perf_counter(), 0
         if not (self.enabled and self.show_progress):
             return
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
         self._progress = Progress(
             TextColumn(f"epoch {epoch}/{epochs}"),
             BarColumn(),
