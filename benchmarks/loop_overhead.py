@@ -24,11 +24,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def timed(cmd: list[str]) -> tuple[float, float]:
-    """(wall seconds, user+sys CPU seconds) of one child process."""
+def timed(cmd: list[str], pin: int | None = None) -> tuple[float, float]:
+    """(wall seconds, user+sys CPU seconds) of one child process, optionally on one CPU."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    pre = (lambda: os.sched_setaffinity(0, {pin})) if pin is not None else None
     t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, preexec_fn=pre)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -43,7 +44,13 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--json", type=Path, help="also write the raw figures here")
+    p.add_argument("--pin", type=int, metavar="CPU", help="run both on this CPU only")
+    p.add_argument(
+        "--threads", type=int, metavar="N", help="set OMP_NUM_THREADS=N for both (1: no spinning)"
+    )
     args = p.parse_args()
+    if args.threads:
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)
 
     size = ["--batch-size", str(args.batch_size), "--epochs", str(args.epochs)]
     bare = [sys.executable, str(HERE / "bare_loop.py"), "--samples", str(args.samples), *size]
@@ -54,11 +61,11 @@ def main() -> None:
         "--quiet", "--no-progress", "--out", str(out), "--overwrite",
     ]  # fmt: skip
 
-    timed(bare), timed(ts)  # warm-up: file cache, bytecode
+    timed(bare, args.pin), timed(ts, args.pin)  # warm-up: file cache, bytecode
     rows: dict[str, list[tuple[float, float]]] = {"bare": [], "trainscope": []}
     for i in range(args.runs):
-        rows["bare"].append(timed(bare))
-        rows["trainscope"].append(timed(ts))
+        rows["bare"].append(timed(bare, args.pin))
+        rows["trainscope"].append(timed(ts, args.pin))
         print(
             f"pair {i + 1}: bare {rows['bare'][-1][0]:.2f} s, "
             f"trainscope {rows['trainscope'][-1][0]:.2f} s",
@@ -71,7 +78,9 @@ def main() -> None:
         for k, v in rows.items()
     }
     print(
-        f"machine: {platform.machine()}, {os.cpu_count()} CPUs, python {platform.python_version()}"
+        f"machine: {platform.machine()}, {os.cpu_count()} CPUs, python "
+        f"{platform.python_version()}, pin={args.pin}, OMP_NUM_THREADS="
+        f"{os.environ.get('OMP_NUM_THREADS', 'unset')}"
     )
     print(
         f"work: synthetic 1x28x28, {args.samples} samples, batch {args.batch_size}, "
@@ -86,6 +95,8 @@ def main() -> None:
         f"wall {statistics.median(ratios):.4f} "
         f"(min {min(ratios):.4f}, max {max(ratios):.4f}), CPU {statistics.median(cpu_ratios):.4f}"
     )
+    best = {k: min(w for w, _ in v) for k, v in rows.items()}
+    print(f"fastest run of each: trainscope / bare = {best['trainscope'] / best['bare']:.4f}")
     if args.json:
         args.json.write_text(
             json.dumps({"rows": rows, "ratios": ratios, "cpu_ratios": cpu_ratios}, indent=2)

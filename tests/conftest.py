@@ -23,6 +23,17 @@ MNIST_TEST_IMAGES = "t10k-images-idx3-ubyte"
 MNIST_TEST_LABELS = "t10k-labels-idx1-ubyte"
 
 
+def shared_mnist_dir() -> Path:
+    """The shared MNIST copy: beside the checkout, or inside it on machines that carry it."""
+    for candidate in (
+        REPO_ROOT.parent / "shared" / "data" / "mnist",
+        REPO_ROOT / "shared" / "data" / "mnist",
+    ):
+        if (candidate / "t10k-images-idx3-ubyte.gz").is_file():
+            return candidate
+    pytest.skip("shared MNIST data not present")
+
+
 def write_mnist_dir(
     root: Path,
     n_train: int = 200,

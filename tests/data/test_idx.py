@@ -9,22 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.conftest import shared_mnist_dir
 from trainscope.data.idx import IMAGES_MAGIC, LABELS_MAGIC, read_idx, write_idx
 from trainscope.errors import DataError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MNIST_TEST_COUNTS = [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]
-
-
-def shared_mnist_dir() -> Path:
-    """The shared MNIST copy: beside the checkout, or inside it on machines that carry it."""
-    for candidate in (
-        REPO_ROOT.parent / "shared" / "data" / "mnist",
-        REPO_ROOT / "shared" / "data" / "mnist",
-    ):
-        if (candidate / "t10k-images-idx3-ubyte.gz").is_file():
-            return candidate
-    pytest.skip("shared MNIST data not present")
 
 
 def _one_line(exc: pytest.ExceptionInfo[DataError]) -> str:

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.conftest import shared_mnist_dir
 from trainscope.data import mnist_files
 from trainscope.data.idx import read_idx, write_idx
 from trainscope.data.mnist_files import (
@@ -31,17 +32,6 @@ from trainscope.errors import DataError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 NAMES = list(FILES)  # the four canonical .gz names
-
-
-def shared_mnist_dir() -> Path:
-    """The shared MNIST copy: beside the checkout, or inside it on machines that carry it."""
-    for candidate in (
-        REPO_ROOT.parent / "shared" / "data" / "mnist",
-        REPO_ROOT / "shared" / "data" / "mnist",
-    ):
-        if (candidate / "t10k-images-idx3-ubyte.gz").is_file():
-            return candidate
-    pytest.skip("shared MNIST data not present")
 
 
 def write_fake_mnist(
