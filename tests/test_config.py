@@ -287,3 +287,122 @@ def test_to_dict_from_dict_roundtrip(cfg: RunConfig) -> None:
     assert from_dict(cfg.to_dict()) == cfg
     # And through YAML text, as config.yaml is written and read back.
     assert from_dict(yaml.safe_load(yaml.safe_dump(cfg.to_dict(), sort_keys=False))) == cfg
+
+
+# ------------------------------------------------ loader, num_workers auto and data only
+
+
+# (the data section, a regex the one-line message must match)
+LOADER_INVALID: list[tuple[dict[str, Any], str]] = [
+    ({"loader": "turbo"}, r"unknown loader 'turbo'.*torch, fast"),
+    ({"loader": "Fast"}, r"unknown loader 'Fast'"),
+    ({"loader": "fast", "num_workers": 2}, r"loader fast .*num_workers"),
+    ({"loader": "fast", "pin_memory": True}, r"loader fast .*pin_memory"),
+    (
+        {"loader": "fast", "num_workers": 2, "persistent_workers": True},
+        r"loader fast .*persistent_workers",
+    ),
+    ({"num_workers": "many"}, r"num_workers must be an integer >= 0 or auto, got 'many'"),
+    ({"num_workers": "AUTO"}, r"num_workers must be an integer >= 0 or auto, got 'AUTO'"),
+    ({"num_workers": ""}, r"num_workers must be an integer >= 0 or auto"),
+    ({"num_workers": True}, r"data\.num_workers must be an integer or a word, got True"),
+    ({"num_workers": False}, r"data\.num_workers must be an integer or a word"),
+    ({"num_workers": 1.5}, r"data\.num_workers must be an integer or a word, got 1\.5"),
+    ({"num_workers": [2]}, r"data\.num_workers must be an integer or a word"),
+    ({"num_workers": None}, r"data\.num_workers must not be null"),
+    ({"loader": None}, r"data\.loader must not be null"),
+    ({"loader": 1}, r"data\.loader must be a string"),
+]
+
+
+@pytest.mark.parametrize(
+    ("data", "pattern"), LOADER_INVALID, ids=[repr(d) for d, _ in LOADER_INVALID]
+)
+def test_loader_and_num_workers_validation(data: dict[str, Any], pattern: str) -> None:
+    with pytest.raises(ConfigError, match=pattern) as exc:
+        from_dict({"data": data})
+    assert "\n" not in str(exc.value)
+
+
+def test_train_data_only_must_be_a_bool() -> None:
+    with pytest.raises(ConfigError, match=r"train\.data_only must be true or false"):
+        from_dict({"train": {"data_only": "yes"}})
+
+
+def test_loader_num_workers_auto_and_data_only_values_that_are_valid() -> None:
+    assert RunConfig().data.loader == "torch" and RunConfig().train.data_only is False
+    assert from_dict({"data": {"loader": "fast"}}).data.loader == "fast"
+    assert from_dict({"data": {"loader": "torch", "num_workers": 3}}).data.num_workers == 3
+    auto = from_dict({"data": {"num_workers": "auto"}}).data
+    assert auto.num_workers == "auto" and auto.loader == "torch"
+    # Worker options are fine with auto: they apply if the choice has workers.
+    opts = from_dict(
+        {"data": {"num_workers": "auto", "persistent_workers": True, "prefetch_factor": 4}}
+    ).data
+    assert opts.persistent_workers is True and opts.prefetch_factor == 4
+    assert DataConfig(num_workers="auto").num_workers == "auto"
+    assert from_dict({"train": {"data_only": True}}).train.data_only is True
+
+
+def test_dataclass_validates_loader_and_auto_on_direct_construction() -> None:
+    with pytest.raises(ConfigError, match="unknown loader"):
+        DataConfig(loader="dali")
+    with pytest.raises(ConfigError, match="or auto"):
+        DataConfig(num_workers="many")
+    with pytest.raises(ConfigError, match="loader fast"):
+        DataConfig(loader="fast", pin_memory=True)
+
+
+def test_yaml_num_workers_auto_and_loader(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("data:\n  num_workers: auto\n  batch_size: 16\ntrain:\n  data_only: true\n")
+    cfg = from_dict(load_yaml(path))
+    assert cfg.data.num_workers == "auto" and cfg.data.batch_size == 16
+    assert cfg.train.data_only is True
+    # A flag (override) replaces the YAML's auto with a count, or the loader with fast.
+    assert resolve(path, {"data.num_workers": 2}).data.num_workers == 2
+    fast = resolve(path, {"data.num_workers": 0, "data.loader": "fast"}).data
+    assert fast.loader == "fast" and fast.num_workers == 0
+    # ... and the merged whole is validated: fast with the YAML's auto is refused.
+    with pytest.raises(ConfigError, match="loader fast"):
+        resolve(path, {"data.loader": "fast"})
+
+
+def test_auto_fast_and_data_only_survive_the_round_trip() -> None:
+    for cfg in (
+        RunConfig(data=DataConfig(num_workers="auto"), train=TrainConfig(data_only=True)),
+        RunConfig(data=DataConfig(loader="fast", batch_size=64)),
+    ):
+        d = cfg.to_dict()
+        assert from_dict(d) == cfg
+        assert from_dict(yaml.safe_load(yaml.safe_dump(d, sort_keys=False))) == cfg
+    text = yaml.safe_dump(RunConfig(data=DataConfig(num_workers="auto")).to_dict())
+    assert "num_workers: auto" in text
+
+
+def _cli_overrides(*argv: str) -> dict[str, Any]:
+    from trainscope.cli import build_parser, overrides_from_args
+
+    return overrides_from_args(build_parser().parse_args(["run", *argv]))
+
+
+def test_cli_num_workers_loader_and_data_only_flags() -> None:
+    assert _cli_overrides("--num-workers", "auto") == {"data.num_workers": "auto"}
+    assert _cli_overrides("--num-workers", "3") == {"data.num_workers": 3}
+    assert _cli_overrides("--loader", "fast") == {"data.loader": "fast"}
+    assert _cli_overrides("--data-only") == {"train.data_only": True}
+    assert _cli_overrides() == {}  # none of them typed: the YAML or the defaults decide
+    cfg = resolve(None, _cli_overrides("--num-workers", "auto", "--data-only"))
+    assert cfg.data.num_workers == "auto" and cfg.train.data_only is True
+
+
+@pytest.mark.parametrize("value", ["x", "1.5", "Auto", ""], ids=["x", "1.5", "Auto", "empty"])
+def test_cli_num_workers_rejects_other_words(
+    value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        _cli_overrides("--num-workers", value)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1
+    assert "--num-workers" in err and "expected an integer or auto" in err

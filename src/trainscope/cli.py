@@ -17,6 +17,17 @@ import yaml
 from trainscope import __version__
 from trainscope.errors import ConfigError, TrainscopeError
 
+
+def _workers(text: str) -> int | str:
+    """--num-workers: a count or the word auto."""
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer or auto, got {text!r}") from None
+
+
 # CLI flag -> (dotted config key, argparse keyword arguments). Defaults are SUPPRESSed so
 # that only the flags a user typed override the YAML file.
 RUN_FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -42,7 +53,7 @@ RUN_FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
         "workload.augment",
         {
             "action": argparse.BooleanOptionalAction,
-            "help": "random-affine augmentation of training images (mnist)",
+            "help": "random-affine augmentation of training images",
         },
     ),
     "--synthetic-samples": ("workload.synthetic_samples", {"type": int, "metavar": "N"}),
@@ -60,7 +71,15 @@ RUN_FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     "--num-workers": (
         "data.num_workers",
-        {"type": int, "metavar": "N", "help": "DataLoader workers (default 0)"},
+        {
+            "type": _workers,
+            "metavar": "N|auto",
+            "help": "DataLoader workers (default 0); auto measures and picks (cached)",
+        },
+    ),
+    "--loader": (
+        "data.loader",
+        {"metavar": "KIND", "help": "torch (DataLoader, default) | fast (tensors on the device)"},
     ),
     "--pin-memory": ("data.pin_memory", {"action": argparse.BooleanOptionalAction}),
     "--persistent-workers": ("data.persistent_workers", {"action": argparse.BooleanOptionalAction}),
@@ -80,6 +99,10 @@ RUN_FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
     "--eval-every": (
         "train.eval_every",
         {"type": int, "metavar": "N", "help": "validate every N epochs"},
+    ),
+    "--data-only": (
+        "train.data_only",
+        {"action": "store_true", "help": "iterate the training batches only (no model)"},
     ),
     "--log-every": (
         "train.log_every",
@@ -125,12 +148,48 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train a workload (default: scikit-learn digits, offline, under a minute on "
         "CPU) and write its run directory. Flags override --config.",
     )
-    p_run.add_argument(
-        "--config", metavar="YAML", help="config file (e.g. a saved run's config.yaml)"
+    _add_run_flags(p_run)
+    p_run.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p_run.add_argument("--quiet", "-q", action="store_true", help="print errors only")
+
+    _add_study_parser(sub)
+
+    p_rep = sub.add_parser(
+        "report",
+        help="tables, plots and an HTML report from a run or study directory",
+        description="Build report.md, report.html, tables.tex and plots/ from a run record or "
+        "a study directory (no torch needed).",
     )
+    p_rep.add_argument("run_dir", metavar="DIR", help="a run directory or a study directory")
+    p_rep.add_argument("--out", metavar="DIR", help="where to write (default DIR/report)")
+    p_rep.add_argument("--quiet", "-q", action="store_true", help="print errors only")
+
+    p_cmp = sub.add_parser(
+        "compare",
+        help="side-by-side table of several runs",
+        description="Print and write (compare.md, compare.tex, compare.html) a side-by-side "
+        "table of run directories.",
+    )
+    p_cmp.add_argument("run_dirs", metavar="RUN_DIR", nargs="+")
+    p_cmp.add_argument("--out", metavar="DIR", default="compare", help="default ./compare")
+    p_cmp.add_argument("--quiet", "-q", action="store_true", help="print errors only")
+    return parser
+
+
+STUDY_HELP = {
+    "loader": "num_workers sweep (data-only epochs), pin/persistent variants, fast path, "
+    "and data wait vs compute per iteration",
+    "profile": "stage breakdown of a training run, with the biggest stage and what to do",
+    "precision": "fp32 vs tf32 vs fp16+GradScaler vs bf16: loss, accuracy, time, memory",
+}
+
+
+def _add_run_flags(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
+    p.add_argument("--config", metavar="YAML", help="config file (e.g. a saved run's config.yaml)")
     for flag, (dest, kwargs) in RUN_FLAGS.items():
-        p_run.add_argument(flag, dest=dest, default=argparse.SUPPRESS, **kwargs)
-    p_run.add_argument(
+        if flag not in skip:
+            p.add_argument(flag, dest=dest, default=argparse.SUPPRESS, **kwargs)
+    p.add_argument(
         "--set",
         dest="sets",
         action="append",
@@ -138,18 +197,54 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="any config key, e.g. --set train.lr=0.1 (YAML value syntax)",
     )
-    p_run.add_argument("--no-progress", action="store_true", help="no progress bars")
-    p_run.add_argument("--quiet", "-q", action="store_true", help="print errors only")
 
-    p_rep = sub.add_parser(
-        "report",
-        help="tables and plots from a run directory",
-        description="Build stage pie chart, Markdown and LaTeX tables from a run record.",
+
+def _add_study_parser(sub: Any) -> None:
+    p_study = sub.add_parser(
+        "study",
+        help="repeat runs under several settings and report the comparison",
+        description="Run a study: a list of run configurations x repeats (a warm-up run first, "
+        "discarded), then build its report. Rerunning the same command resumes it.",
     )
-    p_rep.add_argument("run_dir", metavar="RUN_DIR")
-    p_rep.add_argument("--out", metavar="DIR", help="where to write (default RUN_DIR/report)")
-    p_rep.add_argument("--quiet", "-q", action="store_true", help="print errors only")
-    return parser
+    kinds = p_study.add_subparsers(dest="study", metavar="NAME", parser_class=_Parser)
+    for name, text in STUDY_HELP.items():
+        p = kinds.add_parser(name, help=text, description=text)
+        _add_run_flags(p, skip=("--out", "--overwrite"))
+        p.add_argument("--out", metavar="DIR", help="study directory (default studies/NAME-<time>)")
+        p.add_argument("--overwrite", action="store_true", help="redo every run of --out")
+        p.add_argument("--repeats", type=int, default=3, metavar="N", help="default 3")
+        p.add_argument(
+            "--warmup",
+            action=argparse.BooleanOptionalAction,
+            default=True,
+            help="one discarded warm-up run first (default on)",
+        )
+        p.add_argument("--no-report", action="store_true", help="skip building the report")
+        p.add_argument("--quiet", "-q", action="store_true", help="print errors only")
+        if name == "loader":
+            p.add_argument(
+                "--workers", default="0-10", metavar="LIST", help="num_workers values (0-10)"
+            )
+            p.add_argument(
+                "--sweep-epochs", type=int, default=3, metavar="N", help="epochs per sweep run"
+            )
+            p.add_argument(
+                "--iter-workers",
+                default="0,2,4",
+                metavar="LIST",
+                help="num_workers values of the per-iteration training runs (0,2,4)",
+            )
+            p.add_argument("--iter-epochs", type=int, default=2, metavar="N")
+            p.add_argument(
+                "--iter-steps", type=int, default=50, metavar="N", help="steps per epoch (50)"
+            )
+        if name == "precision":
+            p.add_argument(
+                "--precisions",
+                default="fp32,tf32,fp16,bf16",
+                metavar="LIST",
+                help="precisions to compare (default all four)",
+            )
 
 
 def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -182,7 +277,16 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    """``trainscope report RUN_DIR``."""
+    """``trainscope report DIR``: a run's or a study's report."""
+    from trainscope.records.study_dir import is_study_dir
+
+    if is_study_dir(args.run_dir):
+        from trainscope.reports.study_report import build_study_report, print_study_report
+
+        study_report = build_study_report(args.run_dir, args.out)
+        if not args.quiet:
+            print_study_report(study_report)
+        return 0
     from trainscope.reports.console import print_report
     from trainscope.reports.run_report import build_run_report
 
@@ -192,6 +296,91 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    """``trainscope compare RUN_A RUN_B ...``."""
+    from trainscope.reports.compare import build_comparison, print_comparison
+
+    comparison = build_comparison(args.run_dirs, args.out)
+    if not args.quiet:
+        print_comparison(comparison)
+    return 0
+
+
+def _positive_arg(name: str, value: int) -> int:
+    if value < 1:
+        raise ConfigError(f"--{name} must be at least 1, got {value}")
+    return value
+
+
+def cmd_study(args: argparse.Namespace) -> int:
+    """``trainscope study NAME``: plan, execute (resumably), report."""
+    if args.study is None:
+        raise ConfigError("study needs a NAME: " + ", ".join(STUDY_HELP))
+    from trainscope.config import resolve
+
+    cfg = resolve(args.config, overrides_from_args(args))
+    base = {**cfg.to_dict(), "out": None, "overwrite": False}
+    options: dict[str, Any] = {
+        "repeats": _positive_arg("repeats", args.repeats),
+        "warmup": args.warmup,
+    }
+    if args.study == "loader":
+        from trainscope.studies.loader import parse_int_list
+
+        try:
+            options["workers"] = parse_int_list(args.workers)
+            options["iter_workers"] = parse_int_list(args.iter_workers)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        options["sweep_epochs"] = _positive_arg("sweep-epochs", args.sweep_epochs)
+        options["iter_epochs"] = _positive_arg("iter-epochs", args.iter_epochs)
+        options["iter_steps"] = _positive_arg("iter-steps", args.iter_steps)
+    if args.study == "precision":
+        from trainscope.config import PRECISIONS
+
+        names = [p.strip() for p in args.precisions.split(",") if p.strip()]
+        bad = [p for p in names if p not in PRECISIONS]
+        if bad or not names:
+            raise ConfigError(
+                f"--precisions: unknown {', '.join(bad) or '(empty)'}; "
+                f"choose from {', '.join(PRECISIONS)}"
+            )
+        options["precisions"] = names
+    import importlib
+
+    from trainscope.runtime import resolve_device
+    from trainscope.studies.base import execute
+
+    planner = importlib.import_module(f"trainscope.studies.{args.study}")
+    device = resolve_device(cfg.runtime.device)
+    plan = planner.plan(base, device, **options)
+    out = args.out or _default_study_out(args.study)
+
+    def say(text: str) -> None:
+        if not args.quiet:
+            print(text, file=sys.stderr)
+
+    result = execute(plan, out, overwrite=args.overwrite, say=say)
+    say(
+        f"study {args.study}: {len(result.executed)} run(s) executed, "
+        f"{len(result.skipped)} kept from before, {len(result.failed)} failed -> {out}"
+    )
+    if not args.no_report:
+        from trainscope.reports.study_report import build_study_report, print_study_report
+
+        report = build_study_report(out)
+        if not args.quiet:
+            print_study_report(report)
+    return 1 if result.failed else 0
+
+
+def _default_study_out(name: str) -> str:
+    from datetime import datetime, timezone
+
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return f"studies/{name}-{stamp}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit status."""
     parser = build_parser()
@@ -199,7 +388,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    handlers = {"run": cmd_run, "report": cmd_report}
+    handlers = {"run": cmd_run, "report": cmd_report, "study": cmd_study, "compare": cmd_compare}
     try:
         return handlers[args.command](args)
     except ConfigError as e:

@@ -23,6 +23,7 @@ BUILTIN_WORKLOADS = ("digits", "mnist", "synthetic")
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 OPTIMIZERS = ("sgd", "adam", "adamw")
 TIMING_MODES = ("auto", "exact")
+LOADERS = ("torch", "fast")
 DEVICES_RE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 # A user's own workload: "package.module:factory".
 FACTORY_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -39,7 +40,7 @@ class WorkloadConfig:
     download: bool = True
     """Allow downloading data that is not found locally."""
     augment: bool = False
-    """Random-affine augmentation of training images (mnist)."""
+    """Random-affine augmentation of training images (built-in image workloads)."""
     synthetic_samples: int = 8192
     """synthetic: number of training samples (val and test get a quarter each)."""
     synthetic_shape: tuple[int, int, int] = (1, 28, 28)
@@ -72,8 +73,12 @@ class DataConfig:
 
     batch_size: int = 32
     """Samples per optimizer step."""
-    num_workers: int = 0
-    """DataLoader worker processes (0 loads in the main process)."""
+    num_workers: int | str = 0
+    """DataLoader worker processes (0 loads in the main process), or "auto": measured on
+    the real pipeline at start-up and cached per machine and workload."""
+    loader: str = "torch"
+    """torch: a DataLoader; fast: in-memory splits held on the device, batches by indexing,
+    augmentation batched on the device (workloads whose data fit in memory)."""
     pin_memory: bool = False
     """Page-locked host memory for faster, asynchronous host-to-device copies (CUDA)."""
     persistent_workers: bool = False
@@ -87,8 +92,22 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         _positive("batch_size", self.batch_size)
-        if self.num_workers < 0:
+        if isinstance(self.num_workers, str):
+            if self.num_workers != "auto":
+                raise ConfigError(
+                    f"num_workers must be an integer >= 0 or auto, got {self.num_workers!r}"
+                )
+        elif self.num_workers < 0:
             raise ConfigError(f"num_workers must be >= 0, got {self.num_workers}")
+        if self.loader not in LOADERS:
+            raise ConfigError(f"unknown loader {self.loader!r}: choose one of {', '.join(LOADERS)}")
+        if self.loader == "fast":
+            # The fast path has no worker processes and no host-to-device copies to pin.
+            if self.num_workers != 0 or self.pin_memory or self.persistent_workers:
+                raise ConfigError(
+                    "loader fast keeps the data on the device: num_workers, pin_memory and "
+                    "persistent_workers do not apply (leave them at 0/off)"
+                )
         if self.num_workers == 0 and self.persistent_workers:
             raise ConfigError("persistent_workers needs num_workers > 0")
         if self.prefetch_factor is not None:
@@ -119,6 +138,9 @@ class TrainConfig:
     """Evaluate on the validation set every N epochs (and always after the last)."""
     log_every: int = 10
     """Resolve timings and losses, write metrics lines, every N steps."""
+    data_only: bool = False
+    """Only iterate the training batches (and copy them to the device): no model, no
+    evaluation. Measures the input pipeline alone."""
 
     def __post_init__(self) -> None:
         _positive("epochs", self.epochs)
@@ -213,6 +235,9 @@ def _check_types(cls: type, values: dict[str, Any], where: str) -> None:
         if value is None:
             if "None" not in kind:
                 raise ConfigError(f"{where}.{key} must not be null")
+        elif kind == "int | str":  # a count or a keyword such as "auto" (checked later)
+            if isinstance(value, bool) or not isinstance(value, (int, str)):
+                raise ConfigError(f"{where}.{key} must be an integer or a word, got {value!r}")
         elif kind.startswith("bool") and not isinstance(value, bool):
             raise ConfigError(f"{where}.{key} must be true or false, got {value!r}")
         elif kind.startswith("int") and (isinstance(value, bool) or not isinstance(value, int)):

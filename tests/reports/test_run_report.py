@@ -3,152 +3,41 @@
 from __future__ import annotations
 
 import copy
-import json
-import math
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
+from tests.reports.latex import compile_latex, latex_problems
+from tests.reports.runs import COMPLETED, FAILED, assert_png, pipe_rows, section, write_run
 from trainscope.records.run_dir import STAGE_LABELS, STAGES
-from trainscope.reports import MISSING, build_run_report, render_tables_rich
+from trainscope.reports import MISSING, RunReport, build_run_report, render_tables_rich
 
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-COMPLETED: dict[str, Any] = {
-    "schema_version": 1,
-    "status": "completed",
-    "error": None,
-    "workload": "digits",
-    "model": "LeNet5",
-    "num_parameters": 44426,
-    "device": "cpu",
-    "device_name": "x86_64 CPU",
-    "precision": "fp32",
-    "timing_mode": "perf_counter",
-    "wall_time_s": 4.2,
-    "train_time_s": 3.1,
-    "stages_s": {
-        "setup": 0.3,
-        "data_wait": 0.4,
-        "h2d": 0.01,
-        "forward": 0.9,
-        "backward": 1.2,
-        "optimizer": 0.4,
-        "evaluation": 0.5,
-        "other": 0.49,
-    },
-    "steps": 20,
-    "samples": 1280,
-    "samples_per_s": 6100.0,
-    "batch_size": 64,
-    "skipped_steps": 0,
-    "test_accuracy": 0.974,
-    "test_loss": 0.09,
-    "per_class_accuracy": {str(i): 0.9 + i / 100 for i in range(10)},
-    "first_losses": [2.30, 2.29, 2.27, 2.21, 2.15],
-    "epochs": [
-        {
-            "epoch": 1,
-            "train_loss": 1.2,
-            "val_loss": 0.5,
-            "val_accuracy": 0.85,
-            "duration_s": 0.31,
-            "samples_per_s": 6000.0,
-        },
-        {
-            "epoch": 2,
-            "train_loss": 0.4,
-            "val_loss": 0.3,
-            "val_accuracy": None,
-            "duration_s": 0.29,
-            "samples_per_s": 6200.0,
-        },
-    ],
-    "peak_memory_bytes": 350_000_000,
-    "peak_memory_kind": "process_peak_rss",
-    "system": {"samples": 4, "cpu_percent_mean": 180.0, "rss_max_bytes": 350_000_000},
-}
-
-FAILED: dict[str, Any] = {
-    "schema_version": 1,
-    "status": "failed",
-    "error": "RuntimeError: loss became nan at step 7\nTraceback (most recent call last): ...",
-    "workload": "digits",
-    "model": "LeNet5",
-    "device": "cpu",
-    "precision": "fp32",
-    "wall_time_s": 0.8,
-    "test_accuracy": None,
-}
-
-ENV = {"python": "3.11.2", "torch": "2.6.0", "cuda": None, "hostname": "box"}
+FIGURES = {"plots/stages.png", "plots/stages.svg", "plots/loss.png", "plots/loss.svg"}
 
 
-def write_run(root: Path, name: str, summary: dict[str, Any], steps: int = 20) -> Path:
-    """A run directory as training writes it, with ``steps`` step events over 2 epochs."""
-    run = root / name
-    run.mkdir(parents=True)
-    (run / "summary.json").write_text(json.dumps(summary))
-    (run / "env.json").write_text(json.dumps(ENV))
-    (run / "config.yaml").write_text(yaml.safe_dump({"workload": summary.get("workload")}))
-    lines = [
-        {
-            "event": "step",
-            "epoch": 1 + (i - 1) * 2 // steps,
-            "step": i,
-            "loss": 2.3 * math.exp(-i / 6),
-            "lr": 0.1,
-        }
-        for i in range(1, steps + 1)
-    ]
-    lines.append({"event": "epoch", "epoch": 2, "train_loss": 0.4})
-    text = "".join(json.dumps(x) + "\n" for x in lines)
-    (run / "metrics.jsonl").write_text(text + '{"event": "step", "ep')  # killed mid-line
-    return run
-
-
-def section(md: str, heading: str) -> str:
-    """The text of one '## heading' section of report.md."""
-    return md.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
-
-
-def pipe_rows(text: str) -> list[list[str]]:
-    """Body rows of the first pipe table in ``text`` (header and rule dropped)."""
-    rows = [ln for ln in text.splitlines() if ln.startswith("|")]
-    return [[c.strip() for c in ln.strip("|").split(" | ")] for ln in rows[2:]]
-
-
-def assert_png(path: Path) -> None:
-    data = path.read_bytes()
-    assert data[:8] == PNG_MAGIC, f"{path} is not a PNG"
-    assert len(data) > 10_000, f"{path} is suspiciously small ({len(data)} bytes)"
-
-
-@pytest.fixture
-def completed(tmp_path: Path) -> Path:
-    return write_run(tmp_path, "run-cpu", COMPLETED)
+def rel_names(report: RunReport) -> set[str]:
+    """The report's files relative to its output directory, e.g. ``plots/loss.png``."""
+    return {p.relative_to(report.out_dir).as_posix() for p in report.files}
 
 
 def test_completed_report_writes_all_files(completed: Path) -> None:
     report = build_run_report(completed)
     out = completed / "report"
     assert report.out_dir == out and not report.failed
-    names = {p.name for p in report.files}
-    assert names == {"stages.png", "stages.svg", "loss.png", "report.md", "tables.tex"}
+    assert rel_names(report) == FIGURES | {"report.md", "report.html", "tables.tex"}
     assert all(p.is_file() for p in report.files)
-    assert_png(out / "stages.png")
-    assert_png(out / "loss.png")
-    assert "<svg" in (out / "stages.svg").read_text()[:2000]
+    assert report.html_path == out / "report.html"
+    assert_png(out / "plots" / "stages.png")
+    assert_png(out / "plots" / "loss.png")
+    for svg in ("stages.svg", "loss.svg"):
+        assert "<svg" in (out / "plots" / svg).read_text()[:2000]
     md = report.markdown_path.read_text()
     assert md.startswith("# Run report: digits / LeNet5\n")
-    assert "![Share of wall time per stage](stages.png)" in md
-    assert "![Training loss per step](loss.png)" in md
+    assert "![Share of wall time per stage](plots/stages.png)" in md
+    assert "![Training loss per step](plots/loss.png)" in md
     assert "First losses: 2.3000, 2.2900, 2.2700, 2.2100, 2.1500" in md
     assert "Run failed" not in md
     assert list(report.tables) == ["overview", "stages", "epochs", "per_class"]
@@ -174,6 +63,7 @@ def test_markdown_epoch_table_renders_nulls_as_dash(completed: Path) -> None:
 def test_latex_is_balanced_and_uses_booktabs(completed: Path) -> None:
     build_run_report(completed)
     tex = (completed / "report" / "tables.tex").read_text()
+    assert latex_problems(tex) == []
     assert "\\usepackage{booktabs}" in tex.splitlines()[1] and tex.startswith("%")
     for env in ("table", "tabular"):
         assert tex.count(f"\\begin{{{env}}}") == tex.count(f"\\end{{{env}}}") == 4
@@ -181,8 +71,6 @@ def test_latex_is_balanced_and_uses_booktabs(completed: Path) -> None:
         assert tex.count(f"\\{rule}") == 4
     assert "\\label{tab:run-cpu-stages}" in tex
     assert "28.6\\%" in tex  # 1.2 s of 4.2 s, percent sign escaped
-    body = [ln for ln in tex.splitlines() if not ln.startswith("%")]
-    assert not [ln for ln in body if re.search(r"(?<!\\)%", ln)]  # no bare % comments a cell out
 
 
 def test_latex_escapes_special_characters(tmp_path: Path) -> None:
@@ -190,6 +78,7 @@ def test_latex_escapes_special_characters(tmp_path: Path) -> None:
     run = write_run(tmp_path, "special", summary)
     build_run_report(run)
     tex = (run / "report" / "tables.tex").read_text()
+    assert latex_problems(tex) == []
     assert "my\\_model \\& co" in tex and "Net\\#1 \\{50\\%\\}" in tex
     assert "my_model & co" not in tex
     # Every unescaped & is a column separator: the overview rows have exactly one.
@@ -199,27 +88,31 @@ def test_latex_escapes_special_characters(tmp_path: Path) -> None:
             assert len(re.findall(r"(?<!\\)&", line)) == 1, line
 
 
-LATEX = shutil.which("latexmk") or shutil.which("pdflatex")
+def test_latex_checker_finds_problems() -> None:
+    # The checker must be able to fail, or "latex_problems(tex) == []" proves nothing.
+    bad = (
+        "\\begin{tabular}{lr}\n\\hline\na & b & c \\\\\n50% {x \\\\\n\\end{table}\n\\begin{table}\n"
+    )
+    problems = "\n".join(latex_problems(bad))
+    for expected in (
+        "tabular outside a table environment",
+        "\\hline instead of booktabs rules",
+        "3 cells in a 2-column tabular",
+        "unescaped %",
+        "\\end{table} closes \\begin{tabular}",
+        "booktabs rules []",
+        "unclosed '{'",
+        "\\begin{table} never ended",
+    ):
+        assert expected in problems, (expected, problems)
 
 
-@pytest.mark.skipif(LATEX is None, reason="neither pdflatex nor latexmk is on PATH")
 def test_tables_tex_compiles(tmp_path: Path) -> None:
     summary = {**copy.deepcopy(COMPLETED), "workload": "my_model & co ~^\\"}
     run = write_run(tmp_path, "compile", summary)
-    out = build_run_report(run).out_dir
-    (out / "doc.tex").write_text(
-        "\\documentclass{article}\n\\usepackage[T1]{fontenc}\n\\usepackage{booktabs}\n"
-        "\\begin{document}\n\\input{tables.tex}\n\\end{document}\n"
-    )
-    assert LATEX is not None
-    cmd = (
-        [LATEX, "-pdf", "-interaction=nonstopmode", "doc.tex"]
-        if "latexmk" in LATEX
-        else [LATEX, "-interaction=nonstopmode", "-halt-on-error", "doc.tex"]
-    )
-    proc = subprocess.run(cmd, cwd=out, capture_output=True, text=True, timeout=120, check=False)
-    assert proc.returncode == 0, proc.stdout[-3000:]
-    assert (out / "doc.pdf").stat().st_size > 1000
+    tex = (build_run_report(run).out_dir / "tables.tex").read_text()
+    assert latex_problems(tex) == []
+    compile_latex(tex, tmp_path)  # skips without pdflatex/latexmk
 
 
 def test_failed_run_report_says_so(tmp_path: Path) -> None:
@@ -232,10 +125,12 @@ def test_failed_run_report_says_so(tmp_path: Path) -> None:
     assert "No per-stage timings were recorded." in md
     assert pipe_rows(section(md, "Where the time went")) == [["total (wall)", "0.800", "100.0%"]]
     assert "No step losses were recorded." in md
-    assert {p.name for p in report.files} == {"report.md", "tables.tex"}
+    assert rel_names(report) == {"report.md", "report.html", "tables.tex"}
+    assert not (report.out_dir / "plots").exists()  # nothing drawn: no empty folder
     facts = dict(report.tables["overview"].rows)
     assert facts["Status"] == "failed" and facts["Test accuracy"] == MISSING
     tex = (run / "report" / "tables.tex").read_text()
+    assert latex_problems(tex) == []
     assert tex.count("\\begin{table}") == tex.count("\\end{table}") == 2  # overview + total
 
 
@@ -254,7 +149,7 @@ def test_gpu_run_report_renders_without_a_gpu(tmp_path: Path) -> None:
     out = tmp_path / "elsewhere"
     report = build_run_report(write_run(tmp_path, "run-gpu", summary), out)
     assert report.out_dir == out
-    assert_png(out / "stages.png")
+    assert_png(out / "plots" / "stages.png")
     md = (out / "report.md").read_text()
     assert "5.0 GiB (cuda_max_allocated)" in md and "cuda (NVIDIA H200)" in md
     rows = pipe_rows(section(md, "Where the time went"))
@@ -266,11 +161,23 @@ def test_rebuild_is_stable_and_drops_stale_figures(completed: Path) -> None:
     md, tex = first.markdown_path.read_text(), (first.out_dir / "tables.tex").read_text()
     assert build_run_report(completed).markdown_path.read_text() == md
     assert (first.out_dir / "tables.tex").read_text() == tex
+    assert (first.out_dir / "report.html").read_text() == first.html_path.read_text()
+    # Figures where an earlier trainscope wrote them (next to report.md) are cleared too.
+    for legacy in ("stages.png", "stages.svg", "loss.png", "loss.svg"):
+        (first.out_dir / legacy).write_bytes(b"old")
     # The same directory, now without step events: the old loss plot must not linger.
     (completed / "metrics.jsonl").write_text("")
     again = build_run_report(completed)
-    assert not (again.out_dir / "loss.png").exists()
+    assert not (again.out_dir / "plots" / "loss.png").exists()
+    assert not (again.out_dir / "plots" / "loss.svg").exists()
+    assert not [p.name for p in again.out_dir.iterdir() if p.suffix in (".png", ".svg")]
+    assert rel_names(again) == {"plots/stages.png", "plots/stages.svg"} | {
+        "report.md",
+        "report.html",
+        "tables.tex",
+    }
     assert "![Training loss per step]" not in again.markdown_path.read_text()
+    assert again.html_path.read_text().count("<img ") == 1  # the stage pie only
 
 
 def test_render_tables_rich(completed: Path) -> None:

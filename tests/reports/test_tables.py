@@ -185,3 +185,30 @@ def test_overview_of_failed_run_is_mostly_dashes() -> None:
     assert facts["Test accuracy"] == MISSING
     assert facts["Peak memory"] == MISSING
     assert facts["torch"] == MISSING
+
+
+def test_html_table_alignment_escaping_and_caption() -> None:
+    t = Table(
+        ["Name", "Value"], [["a<b", "1.5"], ["c & d", None]], caption="Cap <1>", label="tab:x y"
+    )
+    html = t.to_html().splitlines()
+    assert t.alignment() == "lr"
+    assert html[:3] == ['<table id="tab-x-y">', "<caption>Cap &lt;1&gt;</caption>", "<thead>"]
+    assert html[3] == (
+        '<tr><th style="text-align: left">Name</th><th style="text-align: right">Value</th></tr>'
+    )
+    assert html[6] == (
+        '<tr><td style="text-align: left">a&lt;b</td><td style="text-align: right">1.5</td></tr>'
+    )
+    assert f'<td style="text-align: right">{MISSING}</td>' in html[7]
+    assert "c &amp; d" in html[7]
+    assert html[-1] == "</table>"
+
+
+def test_html_table_follows_explicit_alignment() -> None:
+    t = epoch_table(SUMMARY)
+    html = t.to_html()
+    assert html.count('style="text-align: right"') == 6 * (1 + len(t.rows))
+    assert "<caption>" in html and 'id="tab-epochs"' in html
+    plain = Table(["a"], [["x"]])  # no caption or label: no empty caption or id
+    assert plain.to_html().startswith("<table>\n<thead>")

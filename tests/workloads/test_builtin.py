@@ -24,7 +24,7 @@ from trainscope.workloads.builtin import (
     DIGITS_SPLIT_SEED,
     MNIST_MEAN,
     MNIST_STD,
-    MnistImages,
+    ImageSet,
     digits,
     load_digits_arrays,
     mnist,
@@ -200,7 +200,7 @@ def test_mnist_from_local_dir(mnist_dir: Path, tmp_path: Path) -> None:
 def test_mnist_augmented_train_items(mnist_dir: Path, tmp_path: Path) -> None:
     plain = mnist(_mnist_cfg(mnist_dir), tmp_path / "cache")
     aug = mnist(_mnist_cfg(mnist_dir, augment=True), tmp_path / "cache")
-    assert isinstance(aug.train_set, MnistImages) and len(aug.train_set) == 180
+    assert isinstance(aug.train_set, ImageSet) and len(aug.train_set) == 180
     assert "augmentation" in aug.description and "augmentation" not in plain.description
     x1, y1 = aug.train_set[3]
     x2, y2 = aug.train_set[3]
@@ -215,8 +215,14 @@ def test_mnist_augmented_train_items(mnist_dir: Path, tmp_path: Path) -> None:
 def test_mnist_augment_with_identity_transform_matches_plain(mnist_dir: Path, tmp_path: Path):
     plain = mnist(_mnist_cfg(mnist_dir), tmp_path / "cache")
     aug = mnist(_mnist_cfg(mnist_dir, augment=True), tmp_path / "cache")
-    identity = MnistImages(
-        aug.train_set.images, aug.train_set.labels, RandomAffine(0.0, 0.0, (1.0, 1.0))
+    ts = aug.train_set
+    identity = ImageSet(
+        ts.images,
+        ts.labels,
+        RandomAffine(0.0, 0.0, (1.0, 1.0)),
+        scale=255.0,
+        mean=ts.mean,
+        std=ts.std,
     )
     torch.testing.assert_close(identity[7][0], plain.train_set[7][0], atol=1e-4, rtol=1e-4)
 
@@ -389,3 +395,97 @@ def test_random_affine_fill_shows_at_the_border() -> None:
     out = shrink(torch.zeros(1, 1, 16, 16))
     assert float(out[0, 0, 0, 0]) == pytest.approx(1.0, abs=1e-5)
     assert float(out[0, 0, 8, 8]) == pytest.approx(0.0, abs=1e-5)
+
+
+# ------------------------------------------------------------- ImageSet and augmentation
+
+
+def _digits_images() -> torch.Tensor:
+    images, _ = load_digits_arrays()
+    return torch.from_numpy(images[:20, None])  # float pixels 0..16, as digits stores them
+
+
+@pytest.mark.parametrize("augment", [None, RandomAffine()], ids=["no-augment", "augment"])
+def test_imageset_items_leave_float_images_unchanged(augment: RandomAffine | None) -> None:
+    # Regression: prepare() once divided float pixels by the scale in place, so every
+    # __getitem__ shrank the stored image (float .float() is the stored tensor itself).
+    images = _digits_images()
+    before = images.clone()
+    ds = ImageSet(images, torch.arange(20), augment, scale=16.0)
+    for _ in range(3):
+        for i in (0, 5, 5, 19):
+            x, _ = ds[i]
+            assert float(x.max()) <= 1.0 + 1e-5
+    ds.prepare(ds.images[:8], torch.Generator().manual_seed(0))  # the batch path too
+    assert torch.equal(ds.images, before)
+    assert ds.images is images  # still the caller's tensor, not a copy
+    if augment is None:  # and the values are right, every time
+        torch.testing.assert_close(ds[5][0], before[5] / 16.0)
+        torch.testing.assert_close(ds[5][0], before[5] / 16.0)
+
+
+def test_imageset_prepare_normalises_single_images_and_batches() -> None:
+    images = _digits_images()
+    ds = ImageSet(images, torch.arange(20), None, scale=16.0, mean=0.5, std=0.25)
+    want = (images / 16.0 - 0.5) / 0.25
+    torch.testing.assert_close(ds.prepare(images[3]), want[3])
+    torch.testing.assert_close(ds.prepare(images[2:6]), want[2:6])
+    x, y = ds[4]
+    torch.testing.assert_close(x, want[4])
+    assert int(y) == 4 and len(ds) == 20
+    split = ds.in_memory()
+    assert split.inputs is ds.images and split.targets is ds.labels
+    torch.testing.assert_close(split.transform(images[:4], None), want[:4])
+
+
+def test_imageset_batch_augmentation_is_reproducible_with_a_generator() -> None:
+    ds = ImageSet(_digits_images(), torch.arange(20), RandomAffine(), scale=16.0)
+    a = ds.prepare(ds.images[:6], torch.Generator().manual_seed(1))
+    b = ds.prepare(ds.images[:6], torch.Generator().manual_seed(1))
+    c = ds.prepare(ds.images[:6], torch.Generator().manual_seed(2))
+    assert a.shape == (6, 1, 8, 8) and torch.equal(a, b)
+    assert not torch.allclose(a, c)
+
+
+def test_digits_augment_makes_an_imageset_train_set() -> None:
+    plain = digits(WorkloadConfig(), Path("unused"))
+    aug = digits(WorkloadConfig(augment=True), Path("unused"))
+    assert isinstance(plain.train_set, TensorDataset)
+    assert isinstance(aug.train_set, ImageSet) and not isinstance(aug.train_set, TensorDataset)
+    assert len(aug.train_set) == len(plain.train_set)
+    assert "augmentation" in aug.description and "augmentation" not in plain.description
+    assert torch.equal(aug.train_set.labels, plain.train_set.tensors[1])
+    # Evaluation data is never augmented.
+    for a, p in ((aug.val_set, plain.val_set), (aug.test_set, plain.test_set)):
+        assert isinstance(a, TensorDataset)
+        assert torch.equal(a.tensors[0], p.tensors[0]) and torch.equal(a.tensors[1], p.tensors[1])
+    # Items are augmented afresh each time, in the plain set's range and shape.
+    x1, y1 = aug.train_set[3]
+    x2, _ = aug.train_set[3]
+    assert x1.shape == plain.train_set[3][0].shape == (1, 8, 8)
+    assert int(y1) == int(plain.train_set[3][1])
+    assert not torch.allclose(x1, x2)
+    # With an identity transform the pipeline gives exactly the plain (scaled) pixels.
+    ts = aug.train_set
+    identity = ImageSet(
+        ts.images, ts.labels, RandomAffine(0.0, 0.0, (1.0, 1.0)), scale=ts.scale,
+        mean=ts.mean, std=ts.std,
+    )  # fmt: skip
+    for i in (0, 7, len(ts) - 1):
+        torch.testing.assert_close(identity[i][0], plain.train_set[i][0], atol=1e-5, rtol=1e-5)
+
+
+def test_synthetic_augment_makes_an_imageset_train_set() -> None:
+    kw = {"name": "synthetic", "synthetic_samples": 16, "synthetic_shape": (2, 12, 10)}
+    plain = synthetic(WorkloadConfig(**kw), Path("unused"))
+    aug = synthetic(WorkloadConfig(**kw, augment=True), Path("unused"))
+    assert isinstance(plain.train_set, TensorDataset) and isinstance(aug.train_set, ImageSet)
+    assert "augmentation" in aug.description and "augmentation" not in plain.description
+    # The same random draws underneath: only the training items are transformed.
+    assert torch.equal(aug.train_set.images, plain.train_set.tensors[0])
+    assert torch.equal(aug.train_set.labels, plain.train_set.tensors[1])
+    for a, p in ((aug.val_set, plain.val_set), (aug.test_set, plain.test_set)):
+        assert isinstance(a, TensorDataset) and torch.equal(a.tensors[0], p.tensors[0])
+    x, _ = aug.train_set[0]
+    assert x.shape == (2, 12, 10) and aug.model(x[None]).shape == (1, 10)
+    assert not torch.allclose(x, plain.train_set[0][0])

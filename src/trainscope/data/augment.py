@@ -25,7 +25,9 @@ class RandomAffine:
 
     def matrices(self, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
         """``n`` random 2x3 affine matrices in the normalised coordinates of affine_grid."""
-        u = torch.rand(n, 4, generator=generator)
+        # Drawn where the generator lives, so the fast path never round-trips to the host.
+        device = generator.device if generator is not None else None
+        u = torch.rand(n, 4, generator=generator, device=device)
         angle = (u[:, 0] * 2 - 1) * math.radians(self.degrees)
         lo, hi = self.scale
         s = lo + u[:, 1] * (hi - lo)

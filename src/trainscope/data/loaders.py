@@ -1,31 +1,62 @@
-"""DataLoaders built from the config's knobs."""
+"""Batch iterators built from the config's knobs: a DataLoader, or the fast in-memory path."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable, Sized
+from typing import Any, Protocol
 
 import torch
 from torch.utils.data import DataLoader, Dataset
 
 from trainscope.config import DataConfig
+from trainscope.data.fast import FastLoader, in_memory
+from trainscope.errors import ConfigError
+
+
+class BatchLoader(Iterable[tuple[torch.Tensor, torch.Tensor]], Sized, Protocol):
+    """What the training loop needs of a loader: ``len()`` batches, one epoch per ``iter()``."""
 
 
 def make_loader(
-    dataset: Dataset, cfg: DataConfig, *, train: bool, device: torch.device
-) -> DataLoader:
-    """A DataLoader with every speed knob of ``cfg``.
+    dataset: Dataset,
+    cfg: DataConfig,
+    *,
+    train: bool,
+    device: torch.device,
+    num_workers: int | None = None,
+) -> BatchLoader:
+    """A DataLoader with every speed knob of ``cfg``, or a :class:`FastLoader` for ``fast``.
 
     Training loaders shuffle with a generator seeded by ``shuffle_seed`` (the order is
     reproducible and independent of the model seed); evaluation loaders keep order.
-    ``pin_memory`` only makes sense when batches go to a CUDA device.
+    ``pin_memory`` only makes sense when batches go to a CUDA device. ``num_workers``
+    overrides the config's value (which may still read "auto" before it is resolved).
     """
+    if cfg.loader == "fast":
+        split = in_memory(dataset)
+        if split is None:
+            raise ConfigError(
+                f"loader fast needs a data set held in memory as tensors; "
+                f"{type(dataset).__name__} is not one (use --loader torch)"
+            )
+        return FastLoader(
+            split,
+            cfg.batch_size,
+            device,
+            shuffle=train,
+            seed=cfg.shuffle_seed,
+            drop_last=cfg.drop_last and train,
+        )
+    workers = cfg.num_workers if num_workers is None else num_workers
+    if not isinstance(workers, int):
+        raise ValueError("num_workers='auto' must be resolved before building a loader")
     kwargs: dict[str, Any] = {
         "batch_size": cfg.batch_size,
-        "num_workers": cfg.num_workers,
+        "num_workers": workers,
         "pin_memory": cfg.pin_memory and device.type == "cuda",
-        "persistent_workers": cfg.persistent_workers and cfg.num_workers > 0,
+        "persistent_workers": cfg.persistent_workers and workers > 0,
     }
-    if cfg.prefetch_factor is not None and cfg.num_workers > 0:
+    if cfg.prefetch_factor is not None and workers > 0:
         kwargs["prefetch_factor"] = cfg.prefetch_factor
     if train:
         gen = torch.Generator().manual_seed(cfg.shuffle_seed)

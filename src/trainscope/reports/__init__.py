@@ -1,10 +1,11 @@
-"""trainscope.reports: tables, figures and reports built from run records.
+"""trainscope.reports: tables, figures and reports (Markdown + HTML) built from run records.
 
 Pure functions over run directories. Nothing here imports torch or training code, and
 matplotlib/rich are imported only inside the functions that draw or print, so
 ``import trainscope.reports`` stays cheap and works on a machine without a GPU.
 """
 
+from trainscope.reports.document import Document, escape_inline, write_document
 from trainscope.reports.plots import loss_curve, stage_pie
 from trainscope.reports.run_report import RunReport, build_run_report, render_tables_rich
 from trainscope.reports.tables import (
@@ -24,10 +25,12 @@ from trainscope.reports.tables import (
 
 __all__ = [
     "MISSING",
+    "Document",
     "RunReport",
     "Table",
     "build_run_report",
     "epoch_table",
+    "escape_inline",
     "fmt_bytes",
     "fmt_float",
     "fmt_pct",
@@ -40,4 +43,5 @@ __all__ = [
     "render_tables_rich",
     "stage_pie",
     "stage_table",
+    "write_document",
 ]

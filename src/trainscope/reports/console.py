@@ -43,4 +43,7 @@ def print_report(report: RunReport) -> None:
         console.print(rt)
     console.print(f"wrote {len(report.files)} files to {report.out_dir}:")
     for f in report.files:
-        console.print(f"  {f}")
+        # Relative names (plots/loss.png) read better than the same long prefix repeated.
+        shown = f.relative_to(report.out_dir) if f.is_relative_to(report.out_dir) else f
+        console.print(f"  {shown}")
+    console.print(f"open in a browser: {report.html_path}")

@@ -1,7 +1,16 @@
-"""The report of one run: figures, ``report.md`` and ``tables.tex`` from a run directory.
+"""The report of one run, built from its run directory.
+
+Writes into the output directory::
+
+    report.md          the report as Markdown (figures linked from plots/)
+    report.html        the same content as one self-contained page (figures embedded)
+    tables.tex         the tables as booktabs LaTeX, for \\input into a paper
+    plots/stages.png   pie of where the wall time went (+ plots/stages.svg)
+    plots/loss.png     training loss per step (+ plots/loss.svg)
 
 Built from the run record alone (``load_run``), so a report of a GPU run can be rebuilt
-on a laptop without torch or a GPU.
+on a laptop without torch or a GPU. The Markdown and HTML are two renderings of one
+:class:`~trainscope.reports.document.Document`, so they cannot drift apart.
 """
 
 from __future__ import annotations
@@ -14,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainscope.records.run_dir import RunRecord, load_run
+from trainscope.reports.document import Document, escape_inline, write_document
 from trainscope.reports.plots import loss_curve, stage_pie
 from trainscope.reports.tables import (
     Table,
@@ -29,6 +39,17 @@ if TYPE_CHECKING:
 
 # Table keys in the order they appear in report.md, tables.tex and on the console.
 TABLE_ORDER = ("overview", "stages", "epochs", "per_class")
+
+# Figures go in a subfolder so the report files stay easy to spot in the output folder.
+PLOTS_DIR = "plots"
+
+# Every figure a build may write (relative to the output directory), plus where earlier
+# versions wrote them: removed before each build, so a figure this build does not redraw
+# (e.g. no step losses any more) cannot linger next to the new report.
+_FIGURE_FILES = tuple(
+    f"{PLOTS_DIR}/{name}.{ext}" for name in ("stages", "loss") for ext in ("png", "svg")
+)
+_LEGACY_FIGURE_FILES = ("stages.png", "stages.svg", "loss.png", "loss.svg")
 
 
 @dataclass
@@ -46,6 +67,11 @@ class RunReport:
     def markdown_path(self) -> Path:
         """The report's Markdown file."""
         return self.out_dir / "report.md"
+
+    @property
+    def html_path(self) -> Path:
+        """The report's self-contained HTML file (same content as the Markdown)."""
+        return self.out_dir / "report.html"
 
     @property
     def failed(self) -> bool:
@@ -73,80 +99,70 @@ def _build_tables(record: RunRecord) -> dict[str, Table]:
     }
 
 
-def _md_inline(text: str) -> str:
-    # Backslash-escape what Markdown would read as markup, so an error prints verbatim.
-    return re.sub(r"([\\`*_\[\]<>#|])", r"\\\1", text)
-
-
-def _status_lines(summary: dict[str, Any]) -> list[str]:
+def _status_note(doc: Document, summary: dict[str, Any]) -> None:
+    # A failed or unfinished run says so first, before any table that might look normal.
     status = summary.get("status")
     error = summary.get("error")
     if status == "failed" or (error and status != "completed"):
         text = str(error or "no error message recorded")
         first, *rest = text.splitlines() or [""]
-        lines = [f"> **Run failed: {_md_inline(first)}**", ""]
+        doc.note(f"**Run failed: {escape_inline(first)}**")
         if rest:  # a traceback or multi-line message: show all of it verbatim
-            lines += ["```text", text.replace("```", "'''"), "```", ""]
-        return lines
-    if status != "completed":
-        return [f"> **Run did not complete** (status: {_md_inline(str(status))}).", ""]
-    return []
+            doc.code(text)
+    elif status != "completed":
+        doc.note(f"**Run did not complete** (status: {escape_inline(str(status))}).")
 
 
-def _render_markdown(record: RunRecord, report: RunReport, loss_written: bool) -> str:
+def _code_name(name: str) -> str:
+    # A name shown as `code` unless it holds a backtick, which would end the code span.
+    return f"`{name}`" if "`" not in name else escape_inline(name)
+
+
+def _build_document(record: RunRecord, report: RunReport, figures: dict[str, Path]) -> Document:
+    """The report's content, rendered to both report.md and report.html."""
     summary = record.summary
     tables = report.tables
     title = " / ".join(str(summary[k]) for k in ("workload", "model") if summary.get(k))
-    md = [f"# Run report: {title or record.path.name}", ""]
-    md += _status_lines(summary)
-    md += [
-        (
-            f"Run directory: `{record.path.name}`. Rebuilt from the run record alone"
-            " (no torch needed); tables for LaTeX are in [tables.tex](tables.tex)."
-        ),
-        "",
-        "## Overview",
-        "",
-        tables["overview"].to_markdown(),
-        "## Where the time went",
-        "",
-    ]
-    if not summary.get("stages_s"):
-        md += ["No per-stage timings were recorded.", ""]
-    elif (report.out_dir / "stages.png").exists():
-        md += ["![Share of wall time per stage](stages.png)", ""]
-    if tables["stages"].rows:
-        md += [tables["stages"].to_markdown()]
-    if summary.get("stages_s"):
-        md += [
-            (
-                "*other* = wall time minus the measured stages; it can be slightly negative"
-                " when asynchronous GPU timings overlap the host clock."
-            ),
-            "",
-        ]
+    doc = Document(f"Run report: {title or record.path.name}")
+    _status_note(doc, summary)
+    doc.paragraph(
+        f"Run directory: {_code_name(record.path.name)}. Rebuilt from the run record alone"
+        " (no torch needed); tables for LaTeX are in `tables.tex` next to this report."
+    )
+    doc.heading("Overview")
+    doc.table(tables["overview"])
 
-    md += ["## Training loss", ""]
-    if loss_written:
-        md += ["![Training loss per step](loss.png)", ""]
+    doc.heading("Where the time went")
+    if not summary.get("stages_s"):
+        doc.paragraph("No per-stage timings were recorded.")
+    elif "stages" in figures:
+        doc.figure(figures["stages"], "Share of wall time per stage")
+    if tables["stages"].rows:
+        doc.table(tables["stages"])
+    if summary.get("stages_s"):
+        doc.paragraph(
+            "`other` = wall time minus the measured stages; it can be slightly negative"
+            " when asynchronous GPU timings overlap the host clock."
+        )
+
+    doc.heading("Training loss")
+    if "loss" in figures:
+        doc.figure(figures["loss"], "Training loss per step")
     first = summary.get("first_losses") or []
     if first:
-        md += ["First losses: " + ", ".join(fmt_float(x) for x in first[:5]), ""]
-    if not loss_written and not first:
-        md += ["No step losses were recorded.", ""]
+        doc.paragraph("First losses: " + ", ".join(fmt_float(x) for x in first[:5]))
+    if "loss" not in figures and not first:
+        doc.paragraph("No step losses were recorded.")
 
-    md += ["## Per-epoch results", ""]
-    md += (
-        [tables["epochs"].to_markdown()]
-        if tables["epochs"].rows
-        else [
-            "No completed epochs were recorded.",
-            "",
-        ]
-    )
+    doc.heading("Per-epoch results")
+    if tables["epochs"].rows:
+        doc.table(tables["epochs"])
+    else:
+        doc.paragraph("No completed epochs were recorded.")
     if tables["per_class"].rows:
-        md += ["## Per-class test accuracy", "", tables["per_class"].to_markdown()]
-    return "\n".join(md).rstrip("\n") + "\n"
+        doc.heading("Per-class test accuracy")
+        doc.table(tables["per_class"])
+    return doc
 
 
 def _render_latex(record: RunRecord, report: RunReport) -> str:
@@ -165,7 +181,7 @@ def _render_latex(record: RunRecord, report: RunReport) -> str:
 def build_run_report(
     run_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None = None
 ) -> RunReport:
-    """Write figures, ``report.md`` and ``tables.tex`` for one run directory.
+    """Write figures, ``report.md``, ``report.html`` and ``tables.tex`` for one run.
 
     ``out_dir`` defaults to ``run_dir/report``. Failed runs are reported too: whatever
     the summary holds is shown, with a visible "Run failed: <error>" line.
@@ -181,19 +197,25 @@ def build_run_report(
         status=summary.get("status"),
         error=summary.get("error"),
     )
-    # Remove figures of an earlier build that this one may not redraw (e.g. no steps now).
-    for stale in ("stages.png", "stages.svg", "loss.png", "loss.svg"):
+    for stale in _FIGURE_FILES + _LEGACY_FIGURE_FILES:
         (out / stale).unlink(missing_ok=True)
 
-    report.files += stage_pie(summary, out / "stages.png", out / "stages.svg")
-    loss_files = loss_curve(record, out / "loss.png")
-    report.files += loss_files
+    plots = out / PLOTS_DIR
+    figures: dict[str, Path] = {}
+    for key, files in (
+        ("stages", stage_pie(summary, plots / "stages.png", plots / "stages.svg")),
+        ("loss", loss_curve(record, plots / "loss.png", plots / "loss.svg")),
+    ):
+        report.files += files
+        if files:
+            figures[key] = files[0]  # the PNG: what the Markdown links and the HTML embeds
+    if plots.is_dir() and not any(plots.iterdir()):
+        plots.rmdir()  # nothing to draw (e.g. a run that failed in setup): no empty folder
 
-    md_path = out / "report.md"
-    md_path.write_text(_render_markdown(record, report, bool(loss_files)), encoding="utf-8")
+    report.files += write_document(_build_document(record, report, figures), out)
     tex_path = out / "tables.tex"
     tex_path.write_text(_render_latex(record, report), encoding="utf-8")
-    report.files += [md_path, tex_path]
+    report.files.append(tex_path)
     return report
 
 

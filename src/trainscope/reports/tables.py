@@ -1,12 +1,13 @@
-"""Tables built from a run summary, rendered as Markdown or LaTeX (booktabs).
+"""Tables built from a run summary, rendered as Markdown, HTML or LaTeX (booktabs).
 
 Everything here is a pure function of the run record's dictionaries: no torch, no
 training code, no file I/O. Cells are formatted to strings when a table is built, so the
-Markdown, LaTeX and console renderings of one table always show the same digits.
+Markdown, HTML, LaTeX and console renderings of one table always show the same digits.
 """
 
 from __future__ import annotations
 
+import html
 import math
 import re
 from dataclasses import dataclass, field
@@ -184,6 +185,31 @@ class Table:
             + " |"
         )
         return "\n".join([line(header), rule, *(line(r) for r in body)]) + "\n"
+
+    def to_html(self) -> str:
+        """An HTML ``<table>`` with caption; alignment as in :meth:`alignment`.
+
+        Alignment is an inline style on every cell (not a class), so the fragment keeps
+        its right-aligned numbers when pasted into a page without our stylesheet.
+        """
+        align = ["right" if a == "r" else "left" for a in self.alignment()]
+
+        def row(tag: str, cells: list[str]) -> str:
+            tds = "".join(
+                f'<{tag} style="text-align: {a}">{html.escape(c)}</{tag}>'
+                for c, a in zip(cells, align)
+            )
+            return f"<tr>{tds}</tr>"
+
+        # Labels are identifiers ("tab:run-stages"); ids keep the same readable form.
+        ident = re.sub(r"[^A-Za-z0-9_-]", "-", self.label)
+        lines = [f'<table id="{ident}">' if ident else "<table>"]
+        if self.caption:
+            lines.append(f"<caption>{html.escape(self.caption)}</caption>")
+        lines += ["<thead>", row("th", self.columns), "</thead>", "<tbody>"]
+        lines += [row("td", r) for r in self.cells()]
+        lines += ["</tbody>", "</table>"]
+        return "\n".join(lines) + "\n"
 
     def to_latex(self) -> str:
         """A complete ``table`` environment using booktabs rules (needs ``booktabs``)."""

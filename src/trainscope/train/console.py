@@ -10,6 +10,10 @@ if TYPE_CHECKING:
     from rich.progress import Progress
 
 
+def _fmt_loss(x: float | None) -> str:
+    return "–" if x is None else f"{x:.4f}"  # data-only runs have no loss
+
+
 class RunConsole:
     """Progress and summary printing; ``enabled=False`` prints nothing (tests, studies).
 
@@ -38,6 +42,11 @@ class RunConsole:
                 f"batch {summary['batch_size']}, workers {summary['num_workers']} "
                 f"-> {run_dir}"
             )
+
+    def note(self, text: str) -> None:
+        """One informational line (e.g. what --num-workers auto measured)."""
+        if self.enabled:
+            self.console.print(text, highlight=False, markup=False)
 
     def epoch_start(self, epoch: int, epochs: int, steps: int) -> None:
         """Open the progress bar of one epoch."""
@@ -73,7 +82,7 @@ class RunConsole:
             self._progress.update(
                 self._task,
                 advance=len(records),
-                loss=f"{records[-1]['loss']:.4f}",
+                loss=_fmt_loss(records[-1]["loss"]),
                 rate=f"{rate:,.0f}",
             )
 
@@ -87,7 +96,7 @@ class RunConsole:
             val_s = f", val acc {val:.4f}" if val is not None else ""
             rate = row["samples_per_s"] or 0.0
             self.console.print(
-                f"epoch {row['epoch']}: train loss {row['train_loss']:.4f}{val_s}, "
+                f"epoch {row['epoch']}: train loss {_fmt_loss(row['train_loss'])}{val_s}, "
                 f"{row['duration_s']:.2f} s, {rate:,.0f} samples/s"
             )
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader
 
+from trainscope.data.loaders import BatchLoader
 from trainscope.precision import Precision
 from trainscope.profiling.timer import StageTimer, device_sync
 from trainscope.workloads.base import LossFn, Workload
@@ -77,6 +77,21 @@ def train_step(
     return loss.detach(), targets.shape[0]
 
 
+def data_step(
+    state: TrainState, batches: Iterator[tuple[torch.Tensor, torch.Tensor]], timer: StageTimer
+) -> tuple[None, int]:
+    """The input pipeline of :func:`train_step` alone (``--data-only``): fetch, copy, no model."""
+    timer.start_step()
+    inputs, targets = next(batches)
+    timer.mark("data_wait")
+    inputs = inputs.to(state.device, non_blocking=True)
+    targets = targets.to(state.device, non_blocking=True)
+    timer.mark("h2d")
+    timer.end_step()
+    state.step += 1
+    return None, targets.shape[0]
+
+
 @dataclass
 class EpochResult:
     """What one epoch of training measured."""
@@ -85,44 +100,56 @@ class EpochResult:
     steps: int
     samples: int
     duration_s: float
-    mean_loss: float
+    mean_loss: float | None
     stage_s: dict[str, float] = field(default_factory=dict)
+    loader_start_s: float = 0.0
+    """Part of data wait spent creating the epoch's iterator (DataLoader worker start-up)."""
 
 
 StepLog = Callable[[list[dict[str, Any]]], None]
+StepFn = Callable[
+    [TrainState, Iterator[tuple[torch.Tensor, torch.Tensor]], StageTimer],
+    tuple["torch.Tensor | None", int],
+]
 
 
 def train_epoch(
     state: TrainState,
-    loader: DataLoader,
+    loader: BatchLoader,
     timer: StageTimer,
     *,
     max_steps: int | None = None,
     log_every: int = 10,
     on_steps: StepLog | None = None,
+    step_fn: StepFn = train_step,
 ) -> EpochResult:
     """Train one epoch; every ``log_every`` steps hand the resolved step records to ``on_steps``.
 
-    A step record is ``{"step", "epoch", "loss", "batch_size", "stages": {stage: s}}``.
+    A step record is ``{"step", "epoch", "loss", "batch_size", "stages": {stage: s}}``
+    (``loss`` is None when ``step_fn`` is :func:`data_step`).
     """
     epoch = state.epoch + 1
     state.model.train()
     n_steps = len(loader) if max_steps is None else min(len(loader), max_steps)
     stage_s = dict.fromkeys(TRAIN_STAGES, 0.0)
-    pending: list[tuple[int, int, torch.Tensor]] = []  # (step, batch size, loss on device)
-    loss_sum, samples = 0.0, 0
+    pending: list[tuple[int, int, torch.Tensor | None]] = []  # (step, batch size, device loss)
+    loss_sum, loss_samples, samples = 0.0, 0, 0
 
     def flush(block: bool) -> None:
-        nonlocal loss_sum
+        nonlocal loss_sum, loss_samples
         times = timer.resolve(block=block)
         if not times:
             return
         done, pending[:] = pending[: len(times)], pending[len(times) :]
         # One read of many losses: a single device sync per log interval, not per step.
-        values = torch.stack([loss for _, _, loss in done]).float().cpu().tolist()
+        losses = [loss for _, _, loss in done if loss is not None]
+        read = iter(torch.stack(losses).float().cpu().tolist() if losses else [])
+        values = [None if loss is None else next(read) for _, _, loss in done]
         records = []
         for (step, bs, _), value, st in zip(done, values, times):
-            loss_sum += value * bs
+            if value is not None:
+                loss_sum += value * bs
+                loss_samples += bs
             for k, v in st.items():
                 stage_s[k] += v
             records.append(
@@ -135,9 +162,10 @@ def train_epoch(
     # Creating the iterator starts the DataLoader workers: time the batch pipeline pays, so
     # it counts as data wait (host-timed; the device is idle at an epoch boundary anyway).
     batches = iter(loader)
-    stage_s["data_wait"] += time.perf_counter() - t0
+    loader_start = time.perf_counter() - t0
+    stage_s["data_wait"] += loader_start
     for _ in range(n_steps):
-        loss, batch_size = train_step(state, batches, timer)
+        loss, batch_size = step_fn(state, batches, timer)
         pending.append((state.step, batch_size, loss))
         samples += batch_size
         if len(pending) >= log_every:
@@ -151,13 +179,14 @@ def train_epoch(
         steps=n_steps,
         samples=samples,
         duration_s=time.perf_counter() - t0,
-        mean_loss=loss_sum / max(samples, 1),
+        mean_loss=loss_sum / loss_samples if loss_samples else None,
         stage_s=stage_s,
+        loader_start_s=loader_start,
     )
 
 
 @torch.no_grad()
-def evaluate(state: TrainState, workload: Workload, loader: DataLoader) -> dict[str, Any]:
+def evaluate(state: TrainState, workload: Workload, loader: BatchLoader) -> dict[str, Any]:
     """Loss, accuracy and per-class accuracy on one split (autocast as in training)."""
     state.model.eval()
     metrics = workload.new_metrics(state.device)

@@ -20,7 +20,7 @@ from trainscope.records import STAGES, RunWriter, prepare_run_dir
 from trainscope.runtime import describe_environment, resolve_device, seed_everything
 from trainscope.runtime.device import device_name
 from trainscope.train.console import RunConsole
-from trainscope.train.loop import TrainState, evaluate, train_epoch
+from trainscope.train.loop import TrainState, data_step, evaluate, train_epoch, train_step
 from trainscope.workloads import build_workload
 
 FIRST_LOSSES = 5
@@ -73,7 +73,9 @@ def run(cfg: RunConfig, console: RunConsole | None = None) -> dict[str, Any]:
         "device_name": device_name(device),
         "precision": precision.name,
         "batch_size": cfg.data.batch_size,
+        "loader": cfg.data.loader,
         "num_workers": cfg.data.num_workers,
+        "data_only": cfg.train.data_only,
         "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
     writer.write_summary(summary)  # a killed run leaves "running", never "completed"
@@ -127,10 +129,31 @@ def _train(
         loss_fn=workload.loss_fn,
         device=device,
     )
-    train_loader = make_loader(workload.train_set, cfg.data, train=True, device=device)
+    workers = cfg.data.num_workers
+    if cfg.data.loader == "torch" and workers == "auto":
+        from trainscope.data.autotune import choose_num_workers
+
+        auto = choose_num_workers(
+            workload.train_set,
+            cfg.data,
+            device,
+            workload=cfg.workload.name,
+            cache_dir=cache_dir(),
+            log=console.note,
+        )
+        workers = auto.chosen
+        summary["num_workers_auto"] = auto.to_dict()
+        writer.log("num_workers_auto", **auto.to_dict())
+    elif workers == "auto":
+        workers = 0  # the fast path has no workers to choose
+    summary["num_workers"] = workers
+    train_loader = make_loader(
+        workload.train_set, cfg.data, train=True, device=device, num_workers=workers
+    )
+    # Data-only runs measure the input pipeline alone: no validation, no test.
     val_loader = (
-        make_loader(workload.val_set, cfg.data, train=False, device=device)
-        if workload.val_set is not None
+        make_loader(workload.val_set, cfg.data, train=False, device=device, num_workers=workers)
+        if workload.val_set is not None and not cfg.train.data_only
         else None
     )
     timer = make_stage_timer(device, cfg.runtime.timing)
@@ -157,7 +180,7 @@ def _train(
     def on_steps(records: list[dict[str, Any]]) -> None:
         for r in records:
             writer.log("step", **r)
-            if len(first_losses) < FIRST_LOSSES:
+            if len(first_losses) < FIRST_LOSSES and r["loss"] is not None:
                 first_losses.append(r["loss"])
         writer.flush()
         console.steps(records)
@@ -174,6 +197,7 @@ def _train(
             max_steps=cfg.train.max_steps_per_epoch,
             log_every=cfg.train.log_every,
             on_steps=on_steps,
+            step_fn=data_step if cfg.train.data_only else train_step,
         )
         for k, v in res.stage_s.items():
             stages[k] += v
@@ -187,6 +211,7 @@ def _train(
             "val_accuracy": None,
             "duration_s": res.duration_s,
             "samples_per_s": res.samples / res.duration_s if res.duration_s > 0 else None,
+            "loader_start_s": res.loader_start_s,
         }
         last = e + 1 == cfg.train.epochs
         if val_loader is not None and ((e + 1) % cfg.train.eval_every == 0 or last):
@@ -202,9 +227,11 @@ def _train(
 
     # --- final test evaluation -------------------------------------------------------
     test = None
-    if workload.test_set is not None:
+    if workload.test_set is not None and not cfg.train.data_only:
         t0 = time.perf_counter()
-        test_loader = make_loader(workload.test_set, cfg.data, train=False, device=device)
+        test_loader = make_loader(
+            workload.test_set, cfg.data, train=False, device=device, num_workers=workers
+        )
         test = evaluate(state, workload, test_loader)
         device_sync(device)
         stages["evaluation"] += time.perf_counter() - t0

@@ -12,6 +12,7 @@ from torch.utils.data import Dataset, TensorDataset
 
 from trainscope.config import WorkloadConfig
 from trainscope.data.augment import RandomAffine
+from trainscope.data.fast import InMemorySplit
 from trainscope.workloads.base import Workload
 from trainscope.workloads.lenet import LeNet5
 
@@ -57,42 +58,80 @@ def stratified_split(
     return [np.sort(np.concatenate(p)) for p in parts]
 
 
-def digits(cfg: WorkloadConfig, cache_dir: Path) -> Workload:
-    """scikit-learn's bundled 8x8 handwritten digits: real data, no download."""
-    images, y = load_digits_arrays()
-    x = (images / 16.0)[:, None]  # pixels are 0..16
-    train_idx, val_idx, test_idx = stratified_split(y, DIGITS_SPLIT, DIGITS_SPLIT_SEED)
+class ImageSet(Dataset):
+    """Training images behind a per-sample pipeline: raw pixels -> [0, 1] -> random affine
+    -> normalise, one image per ``__getitem__`` (what a DataLoader with workers spreads).
 
-    def subset(ix: np.ndarray) -> TensorDataset:
-        return TensorDataset(torch.from_numpy(x[ix]), torch.from_numpy(y[ix]))
+    The same pipeline is offered whole-batch through :meth:`in_memory`, so the fast input
+    path (``--loader fast``) augments a batch at a time on the device with the same code.
+    """
 
-    return Workload(
-        name="digits",
-        model=LeNet5(in_channels=1, image_size=8, num_classes=10),
-        train_set=subset(train_idx),
-        val_set=subset(val_idx),
-        test_set=subset(test_idx),
-        num_classes=10,
-        description="scikit-learn digits (8x8), LeNet5",
-    )
-
-
-class MnistImages(Dataset):
-    """MNIST images as the usual per-sample pipeline sees them: uint8 -> [0,1] -> augment
-    -> normalise, one image per ``__getitem__`` (what a DataLoader with workers spreads)."""
-
-    def __init__(self, images: torch.Tensor, labels: torch.Tensor, augment: RandomAffine) -> None:
-        self.images = images
+    def __init__(
+        self,
+        images: torch.Tensor,
+        labels: torch.Tensor,
+        augment: RandomAffine | None,
+        *,
+        scale: float = 1.0,
+        mean: float = 0.0,
+        std: float = 1.0,
+    ) -> None:
+        self.images = images  # raw pixels (N, C, H, W), any dtype
         self.labels = labels
         self.augment = augment
+        self.scale, self.mean, self.std = scale, mean, std
 
     def __len__(self) -> int:
         return len(self.labels)
 
+    def prepare(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Raw pixels of one image (C, H, W) or a batch (N, C, H, W) -> model input."""
+        # Not in place: for float pixels .float() is the stored tensor itself.
+        x = x.float() / self.scale if self.scale != 1.0 else x.float()
+        if self.augment is not None:
+            x = self.augment(x, generator)
+        return (x - self.mean) / self.std
+
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        x = self.images[i].unsqueeze(0).float().div_(255.0)
-        x = self.augment(x)
-        return (x - MNIST_MEAN) / MNIST_STD, self.labels[i]
+        return self.prepare(self.images[i]), self.labels[i]
+
+    def in_memory(self) -> InMemorySplit:
+        """Raw tensors plus :meth:`prepare` as a batch transform (the fast input path)."""
+        return InMemorySplit(self.images, self.labels, self.prepare)
+
+
+def _train_split(
+    images: torch.Tensor, labels: torch.Tensor, augment: bool, scale: float, mean: float, std: float
+) -> Dataset:
+    if augment:
+        return ImageSet(images, labels, RandomAffine(), scale=scale, mean=mean, std=std)
+    # Without augmentation every epoch sees the same tensors: normalise them once.
+    return TensorDataset((images.float() / scale - mean) / std, labels)
+
+
+def _augment_note(cfg: WorkloadConfig) -> str:
+    return ", random-affine augmentation" if cfg.augment else ""
+
+
+def digits(cfg: WorkloadConfig, cache_dir: Path) -> Workload:
+    """scikit-learn's bundled 8x8 handwritten digits: real data, no download."""
+    images, y = load_digits_arrays()
+    x = torch.from_numpy(images[:, None])  # pixels are 0..16
+    labels = torch.from_numpy(y)
+    train_idx, val_idx, test_idx = stratified_split(y, DIGITS_SPLIT, DIGITS_SPLIT_SEED)
+
+    def subset(ix: np.ndarray) -> TensorDataset:
+        return TensorDataset(x[ix] / 16.0, labels[ix])
+
+    return Workload(
+        name="digits",
+        model=LeNet5(in_channels=1, image_size=8, num_classes=10),
+        train_set=_train_split(x[train_idx], labels[train_idx], cfg.augment, 16.0, 0.0, 1.0),
+        val_set=subset(val_idx),
+        test_set=subset(test_idx),
+        num_classes=10,
+        description="scikit-learn digits (8x8), LeNet5" + _augment_note(cfg),
+    )
 
 
 def _normalised(images: np.ndarray) -> torch.Tensor:
@@ -109,21 +148,15 @@ def mnist(cfg: WorkloadConfig, cache_dir: Path) -> Workload:
     n_val = min(MNIST_VAL_SIZE, len(train_y) // 10)
     n_train = len(train_y) - n_val
     ty = torch.from_numpy(train_y.astype(np.int64))
-    if cfg.augment:
-        train_set: Dataset = MnistImages(
-            torch.from_numpy(train_x[:n_train]), ty[:n_train], RandomAffine()
-        )
-    else:
-        # Without augmentation every epoch sees the same tensors: normalise them once.
-        train_set = TensorDataset(_normalised(train_x[:n_train]), ty[:n_train])
+    raw = torch.from_numpy(train_x[:n_train]).unsqueeze(1)  # uint8 (N, 1, 28, 28)
     return Workload(
         name="mnist",
         model=LeNet5(in_channels=1, image_size=28, num_classes=10),
-        train_set=train_set,
+        train_set=_train_split(raw, ty[:n_train], cfg.augment, 255.0, MNIST_MEAN, MNIST_STD),
         val_set=TensorDataset(_normalised(train_x[n_train:]), ty[n_train:]),
         test_set=TensorDataset(_normalised(test_x), torch.from_numpy(test_y.astype(np.int64))),
         num_classes=10,
-        description="MNIST 28x28, LeNet5" + (", random-affine augmentation" if cfg.augment else ""),
+        description="MNIST 28x28, LeNet5" + _augment_note(cfg),
     )
 
 
@@ -133,17 +166,18 @@ def synthetic(cfg: WorkloadConfig, cache_dir: Path) -> Workload:
     g = torch.Generator().manual_seed(1234)
     n = cfg.synthetic_samples
 
-    def make(count: int) -> TensorDataset:
+    def make(count: int) -> tuple[torch.Tensor, torch.Tensor]:
         x = torch.randn(count, c, h, w, generator=g)
         y = torch.randint(0, cfg.num_classes, (count,), generator=g)
-        return TensorDataset(x, y)
+        return x, y
 
     return Workload(
         name="synthetic",
         model=LeNet5(in_channels=c, image_size=(h, w), num_classes=cfg.num_classes),
-        train_set=make(n),
-        val_set=make(max(n // 4, 1)),
-        test_set=make(max(n // 4, 1)),
+        train_set=_train_split(*make(n), cfg.augment, 1.0, 0.0, 1.0),
+        val_set=TensorDataset(*make(max(n // 4, 1))),
+        test_set=TensorDataset(*make(max(n // 4, 1))),
         num_classes=cfg.num_classes,
-        description=f"synthetic {c}x{h}x{w}, {cfg.num_classes} classes, LeNet5",
+        description=f"synthetic {c}x{h}x{w}, {cfg.num_classes} classes, LeNet5"
+        + _augment_note(cfg),
     )

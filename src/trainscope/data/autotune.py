@@ -1,0 +1,218 @@
+"""``--num-workers auto``: choose DataLoader workers by measuring the real input pipeline.
+
+Each candidate worker count builds the run's own training loader and times what an epoch
+costs with it: creating the iterator (worker start-up) plus a steady-state rate over a
+few batches, extrapolated to the epoch's length. The whole search is bounded in time,
+and its result is cached per machine and workload so later runs pay nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import Dataset
+
+from trainscope.config import DataConfig
+from trainscope.data.loaders import make_loader
+from trainscope.records.run_dir import atomic_write_json
+
+CACHE_FILE = "num_workers_auto.json"
+CACHE_VERSION = 1
+
+
+def default_candidates(cpu_count: int | None = None, limit: int = 16) -> list[int]:
+    """0, then powers of two up to the CPU count, plus the CPU count itself."""
+    n = min(cpu_count or os.cpu_count() or 1, limit)
+    out = [0]
+    w = 1
+    while w <= n:
+        out.append(w)
+        w *= 2
+    if out[-1] != n:
+        out.append(n)
+    return out
+
+
+@dataclass
+class Trial:
+    """One candidate's measurement."""
+
+    num_workers: int
+    startup_s: float
+    """Creating the iterator and waiting for the first batch."""
+    per_batch_s: float
+    """Steady-state seconds per batch after the first."""
+    batches: int
+    """Batches timed (first included)."""
+    epoch_estimate_s: float
+    """startup + (batches per epoch - 1) * per_batch."""
+
+
+@dataclass
+class AutoWorkers:
+    """What ``--num-workers auto`` tried and chose."""
+
+    chosen: int
+    trials: list[Trial] = field(default_factory=list)
+    cached: bool = False
+    seconds: float = 0.0
+    """Time spent measuring (0 when the cached choice was used)."""
+    key: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for summary.json and metrics.jsonl."""
+        return asdict(self)
+
+    def describe(self) -> str:
+        """One line for the console: what was tried and what was chosen."""
+        tried = ", ".join(f"{t.num_workers}: {t.epoch_estimate_s:.3g} s" for t in self.trials)
+        how = "cached choice" if self.cached else f"measured in {self.seconds:.1f} s"
+        return f"num_workers auto -> {self.chosen} ({how}; est. s/epoch {tried})"
+
+
+def cache_key(dataset: Dataset, cfg: DataConfig, device: torch.device, workload: str) -> str:
+    """Machine + workload + every knob that changes the answer, as a short stable hash."""
+    sample = dataset[0][0]
+    parts = {
+        "host": platform.node(),
+        "cpus": os.cpu_count(),
+        "torch": torch.__version__,
+        "device": device.type,
+        "workload": workload,
+        "dataset": type(dataset).__name__,
+        "samples": len(dataset),
+        "shape": list(getattr(sample, "shape", [])),
+        "batch_size": cfg.batch_size,
+        "pin_memory": cfg.pin_memory,
+        "persistent_workers": cfg.persistent_workers,
+        "prefetch_factor": cfg.prefetch_factor,
+    }
+    text = json.dumps(parts, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def measure(
+    dataset: Dataset,
+    cfg: DataConfig,
+    device: torch.device,
+    num_workers: int,
+    max_batches: int,
+    time_limit_s: float,
+) -> Trial:
+    """Time one worker count: iterator start-up + first batch, then up to ``max_batches``."""
+    loader = make_loader(dataset, cfg, train=True, device=device, num_workers=num_workers)
+    n_epoch = len(loader)
+    t0 = time.perf_counter()
+    it = iter(loader)
+    x, _ = next(it)
+    x.to(device)
+    t_first = time.perf_counter()
+    count = 1
+    limit = min(max_batches, n_epoch)
+    while count < limit and time.perf_counter() - t0 < time_limit_s:
+        x, _ = next(it)
+        x.to(device)
+        count += 1
+    t_end = time.perf_counter()
+    del it  # stop the workers before the next candidate starts its own
+    startup = t_first - t0
+    per_batch = (t_end - t_first) / (count - 1) if count > 1 else startup
+    return Trial(
+        num_workers=num_workers,
+        startup_s=startup,
+        per_batch_s=per_batch,
+        batches=count,
+        epoch_estimate_s=startup + (n_epoch - 1) * per_batch,
+    )
+
+
+def _load_cache(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+        valid = data.get("version") == CACHE_VERSION and isinstance(data.get("entries"), dict)
+        return data if valid else {}
+    except (OSError, ValueError, AttributeError):
+        return {}  # a missing or damaged cache only means measuring again
+
+
+def choose_num_workers(
+    dataset: Dataset,
+    cfg: DataConfig,
+    device: torch.device,
+    *,
+    workload: str,
+    cache_dir: Path | None,
+    candidates: list[int] | None = None,
+    budget_s: float = 10.0,
+    max_batches: int = 50,
+    log: Callable[[str], None] | None = None,
+) -> AutoWorkers:
+    """Pick the worker count with the lowest estimated epoch time.
+
+    Candidates are tried in increasing order; the search stops when the time budget is
+    spent or a candidate is clearly (1.5x) slower than the best so far, since beyond that
+    point more workers only add start-up cost on this machine. The choice is cached in
+    ``cache_dir`` under a key of machine, workload and loader knobs.
+    """
+    key = cache_key(dataset, cfg, device, workload)
+    path = Path(cache_dir) / CACHE_FILE if cache_dir is not None else None
+    cache = _load_cache(path) if path is not None else {}
+    hit = cache.get("entries", {}).get(key)
+    if hit is not None:
+        result = AutoWorkers(
+            chosen=int(hit["chosen"]),
+            trials=[Trial(**t) for t in hit.get("trials", [])],
+            cached=True,
+            key=key,
+        )
+        if log:
+            log(result.describe())
+        return result
+
+    cands = candidates if candidates is not None else default_candidates()
+    t_start = time.perf_counter()
+    trials: list[Trial] = []
+    for i, n in enumerate(cands):
+        left = budget_s - (time.perf_counter() - t_start)
+        if trials and left <= 0:
+            break
+        per_trial = max(left / (len(cands) - i), 0.05)
+        trial = measure(dataset, cfg, device, n, max_batches, per_trial)
+        trials.append(trial)
+        if log:
+            log(
+                f"num_workers auto: {n} workers -> start-up {trial.startup_s:.3f} s, "
+                f"{trial.per_batch_s * 1e3:.2f} ms/batch, est. {trial.epoch_estimate_s:.3f} s/epoch"
+            )
+        best = min(t.epoch_estimate_s for t in trials)
+        if trial.epoch_estimate_s > 1.5 * best:
+            break
+    chosen = min(trials, key=lambda t: t.epoch_estimate_s).num_workers
+    result = AutoWorkers(
+        chosen=chosen, trials=trials, seconds=time.perf_counter() - t_start, key=key
+    )
+    if path is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            entries = cache.get("entries", {})
+            entries[key] = {
+                "chosen": chosen,
+                "trials": [asdict(t) for t in trials],
+                "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "workload": workload,
+            }
+            atomic_write_json(path, {"version": CACHE_VERSION, "entries": entries})
+        except OSError:
+            pass  # an unwritable cache costs a re-measurement next time, nothing more
+    if log:
+        log(result.describe())
+    return result

@@ -1,0 +1,94 @@
+"""The fast input path for data sets that fit in memory: tensors on the device, batches by
+indexing, augmentation applied to whole batches on the device.
+
+Why it is fast: a ``DataLoader`` builds each batch from ``batch_size`` separate
+``__getitem__`` calls and a collate, all in Python, then copies it to the device. When the
+whole split fits in device memory, none of that is needed: one ``index_select`` per batch
+gives the same samples, and a per-sample transform written for batches (like
+:class:`~trainscope.data.augment.RandomAffine`) runs once per batch instead of once per image.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import torch
+from torch.utils.data import Dataset, TensorDataset
+
+# transform(raw batch on the device, generator on the device) -> model-ready batch
+BatchTransform = Callable[[torch.Tensor, "torch.Generator | None"], torch.Tensor]
+
+
+@dataclass
+class InMemorySplit:
+    """A split as whole tensors, plus the transform that turns a raw batch into model input."""
+
+    inputs: torch.Tensor
+    targets: torch.Tensor
+    transform: BatchTransform | None = None
+
+
+def in_memory(dataset: Dataset) -> InMemorySplit | None:
+    """The split as whole tensors, or None when the data set cannot give them.
+
+    A ``TensorDataset`` of (inputs, targets) qualifies as is; any other data set opts in
+    with an ``in_memory() -> InMemorySplit`` method (see ``workloads.builtin.ImageSet``).
+    """
+    if isinstance(dataset, TensorDataset) and len(dataset.tensors) == 2:
+        return InMemorySplit(*dataset.tensors)
+    method = getattr(dataset, "in_memory", None)
+    return method() if callable(method) else None
+
+
+class FastLoader:
+    """Iterates (inputs, targets) batches of an in-memory split held on ``device``.
+
+    The same contract as the DataLoader it replaces: ``len()`` is the number of batches,
+    each ``iter()`` is one epoch, training order is a fresh permutation per epoch drawn
+    from a generator seeded once (reproducible for a given ``seed``).
+    """
+
+    def __init__(
+        self,
+        split: InMemorySplit,
+        batch_size: int,
+        device: torch.device,
+        *,
+        shuffle: bool,
+        seed: int = 0,
+        drop_last: bool = False,
+    ) -> None:
+        # One copy to the device at setup; afterwards every batch is already there.
+        self.inputs = split.inputs.to(device)
+        self.targets = split.targets.to(device)
+        self.transform = split.transform
+        self.batch_size = batch_size
+        self.device = device
+        self.shuffle = shuffle
+        self.drop_last = drop_last
+        # The permutation and the augmentation draw from generators on the device itself.
+        self._order_gen = torch.Generator(device=device).manual_seed(seed)
+        self._aug_gen = torch.Generator(device=device).manual_seed(seed + 1)
+
+    def __len__(self) -> int:
+        n = len(self.targets)
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        n = len(self.targets)
+        order = (
+            torch.randperm(n, generator=self._order_gen, device=self.device)
+            if self.shuffle
+            else None
+        )
+        for b in range(len(self)):
+            lo, hi = b * self.batch_size, min((b + 1) * self.batch_size, n)
+            if order is None:  # evaluation: contiguous slices, no copy at all
+                x, y = self.inputs[lo:hi], self.targets[lo:hi]
+            else:
+                idx = order[lo:hi]
+                x, y = self.inputs.index_select(0, idx), self.targets.index_select(0, idx)
+            if self.transform is not None:
+                x = self.transform(x, self._aug_gen if self.shuffle else None)
+            yield x, y

@@ -1,0 +1,95 @@
+"""Small statistics over repeated runs: mean +- sample standard deviation (torch-free)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from trainscope.records.run_dir import RunRecord
+from trainscope.reports.tables import MISSING
+
+TRAIN_STAGES = ("data_wait", "h2d", "forward", "backward", "optimizer")
+COMPUTE_STAGES = ("h2d", "forward", "backward", "optimizer")
+
+
+def _finite(values: Iterable[Any]) -> list[float]:
+    return [
+        float(v)
+        for v in values
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    ]
+
+
+def mean_std(values: Iterable[Any]) -> tuple[float | None, float | None, int]:
+    """(mean, sample standard deviation, n) of the finite numbers; std is 0 for one value."""
+    xs = _finite(values)
+    if not xs:
+        return None, None, 0
+    m = sum(xs) / len(xs)
+    if len(xs) == 1:
+        return m, 0.0, 1
+    var = sum((x - m) ** 2 for x in xs) / (len(xs) - 1)
+    return m, math.sqrt(var), len(xs)
+
+
+def fmt_mean_std(
+    mean: float | None, std: float | None, fmt: Callable[[Any], str], n: int | None = None
+) -> str:
+    """``"0.123 ± 0.004"``; a single value shows without the ±."""
+    if mean is None:
+        return MISSING
+    if std is None or n == 1:
+        return fmt(mean)
+    m, s = fmt(mean), fmt(std)
+    if len(s) > len(m) + 2:  # a tiny std in many decimals: one significant digit is enough
+        s = f"{std:.1g}"
+    return f"{m} ± {s}"
+
+
+def epoch_seconds(record: RunRecord) -> float | None:
+    """Mean duration of a run's epochs (each includes its DataLoader start-up)."""
+    m, _, _ = mean_std(e.get("duration_s") for e in record.summary.get("epochs") or [])
+    return m
+
+
+def loader_start_seconds(record: RunRecord) -> float | None:
+    """Mean per-epoch iterator start-up (worker processes) of a run."""
+    m, _, _ = mean_std(e.get("loader_start_s") for e in record.summary.get("epochs") or [])
+    return m
+
+
+def per_step_stages(record: RunRecord) -> dict[str, float]:
+    """Mean seconds per optimizer step of each training stage, from the step records.
+
+    Step records hold the steady state: the iterator start-up of each epoch is counted
+    in the run's data wait total but not in any step, see :func:`loader_start_seconds`.
+    """
+    steps = record.events("step")
+    out: dict[str, float] = {}
+    for stage in TRAIN_STAGES:
+        m, _, _ = mean_std((s.get("stages") or {}).get(stage) for s in steps)
+        out[stage] = m if m is not None else 0.0
+    return out
+
+
+def step_losses(record: RunRecord) -> tuple[list[int], list[float]]:
+    """(steps, losses) of a run's step records, skipping steps without a loss."""
+    xs, ys = [], []
+    for s in record.events("step"):
+        if s.get("loss") is not None and s.get("step") is not None:
+            xs.append(int(s["step"]))
+            ys.append(float(s["loss"]))
+    return xs, ys
+
+
+def mean_curve(curves: list[tuple[list[int], list[float]]]) -> tuple[list[int], list[float]]:
+    """Average several (steps, values) curves over the steps they all share."""
+    if not curves:
+        return [], []
+    common = set(curves[0][0])
+    for steps, _ in curves[1:]:
+        common &= set(steps)
+    steps = sorted(common)
+    maps = [dict(zip(s, v)) for s, v in curves]
+    return steps, [sum(m[k] for m in maps) / len(maps) for k in steps]

@@ -1,0 +1,210 @@
+"""Running a study: every planned run, one after another, each into its own run directory.
+
+Order: the warm-up run first (it pays one-off costs such as lazy imports and allocator
+growth, and is kept out of the statistics), then the repeats round-robin: repeat 1 of
+every configuration, then repeat 2 of every configuration, and so on. On a noisy machine
+a slow spell then spreads over all configurations instead of landing on one of them.
+
+Resuming: a run whose directory already holds a completed summary is not redone. A run
+that failed or was interrupted is redone. Rerunning the same command continues a study.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from trainscope.config import from_dict, merge
+from trainscope.errors import TrainscopeError
+from trainscope.records.study_dir import (
+    PlannedRun,
+    StudyPlan,
+    is_study_dir,
+    read_study_file,
+    write_study,
+)
+
+
+@dataclass
+class StudyResult:
+    """What :func:`execute` did."""
+
+    study_dir: Path
+    executed: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    """Already completed before this invocation (resumed)."""
+    failed: list[str] = field(default_factory=list)
+    not_applicable: list[str] = field(default_factory=list)
+
+
+def execution_order(runs: list[PlannedRun]) -> list[PlannedRun]:
+    """Warm-up runs first, then repeats round-robin across configurations."""
+    warm = [r for r in runs if r.warmup]
+    rest = sorted((r for r in runs if not r.warmup), key=lambda r: r.repeat)  # stable
+    return warm + rest
+
+
+def _completed(run_dir: Path) -> bool:
+    import json
+
+    try:
+        return json.loads((run_dir / "summary.json").read_text()).get("status") == "completed"
+    except (OSError, ValueError):
+        return False
+
+
+def _same_plan(existing: dict[str, Any], plan: StudyPlan) -> bool:
+    new = plan.to_dict()
+    return all(existing.get(k) == new[k] for k in ("kind", "options", "base_config", "runs"))
+
+
+Say = Callable[[str], None]
+
+
+def execute(
+    plan: StudyPlan,
+    study_dir: str | Path,
+    *,
+    overwrite: bool = False,
+    say: Say | None = None,
+    run_fn: Callable[..., dict[str, Any]] | None = None,
+) -> StudyResult:
+    """Run every applicable planned run not yet completed; write study.json as it goes.
+
+    An existing study directory must hold the same plan (same kind, options, base config
+    and runs) unless ``overwrite`` is set, in which case every run is redone. A failing
+    run is recorded and the study goes on; Ctrl-C marks the study interrupted and stops.
+    ``run_fn`` replaces :func:`trainscope.train.run.run` (tests count calls with it).
+    """
+    say = say or (lambda text: print(text, file=sys.stderr))
+    study_dir = Path(study_dir)
+    if study_dir.exists() and not study_dir.is_dir():
+        raise TrainscopeError(f"--out {study_dir} exists and is not a directory")
+    if is_study_dir(study_dir) and not overwrite:
+        if not _same_plan(read_study_file(study_dir), plan):
+            raise TrainscopeError(
+                f"{study_dir} holds a different study (other kind, options or config); "
+                "pass --overwrite to replace it or choose another --out"
+            )
+    elif study_dir.is_dir() and any(study_dir.iterdir()) and not overwrite:
+        raise TrainscopeError(
+            f"--out {study_dir} already exists, is not empty and is not a study directory"
+        )
+    study_dir.mkdir(parents=True, exist_ok=True)
+    if run_fn is None:
+        from trainscope.train.run import run as run_fn
+    from trainscope.train.console import RunConsole
+
+    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    write_study(study_dir, plan, "running", started_at=started)
+    result = StudyResult(study_dir=study_dir)
+    order = [r for r in execution_order(plan.runs)]
+    todo = [r for r in order if r.applicable]
+    result.not_applicable = [r.id for r in order if not r.applicable]
+    for r in plan.runs:
+        if not r.applicable and not r.warmup and r.repeat == 1:
+            say(f"{r.config}: not applicable here ({r.reason})")
+    try:
+        for i, planned in enumerate(todo, 1):
+            run_dir = study_dir / planned.rel_dir
+            tag = f"[{i}/{len(todo)}] {planned.id}"
+            if not overwrite and _completed(run_dir):
+                result.skipped.append(planned.id)
+                say(f"{tag}: already done, kept")
+                continue
+            cfg = from_dict(merge(plan.base_config, planned.overrides))
+            cfg.out, cfg.overwrite = str(run_dir), True
+            cfg.runtime.progress = False
+            t0 = time.perf_counter()
+            try:
+                with warnings.catch_warnings():
+                    # A sweep asks for more workers than CPUs on purpose; torch's warning
+                    # about it would repeat on every run of the sweep.
+                    warnings.filterwarnings("ignore", message="This DataLoader will create")
+                    summary = run_fn(cfg, RunConsole(enabled=False))
+            except KeyboardInterrupt:
+                raise
+            except Exception as e:  # recorded in the run's summary; the study goes on
+                result.failed.append(planned.id)
+                say(f"{tag}: failed: {type(e).__name__}: {e}")
+                continue
+            result.executed.append(planned.id)
+            note = " (warm-up, discarded)" if planned.warmup else ""
+            say(f"{tag}: {summary.get('status')} in {time.perf_counter() - t0:.2f} s{note}")
+    except KeyboardInterrupt:
+        write_study(study_dir, plan, "interrupted", started_at=started)
+        raise
+    status = "completed" if not result.failed else "completed_with_failures"
+    write_study(
+        study_dir,
+        plan,
+        status,
+        started_at=started,
+        finished_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    )
+    return result
+
+
+def repeats_of(
+    config: str,
+    repeats: int,
+    *,
+    group: str = "main",
+    labels: dict[str, Any] | None = None,
+    overrides: dict[str, Any] | None = None,
+    applicable: bool = True,
+    reason: str | None = None,
+) -> list[PlannedRun]:
+    """Planned runs 1..``repeats`` of one configuration."""
+    return [
+        PlannedRun(
+            config=config,
+            repeat=k,
+            group=group,
+            labels=dict(labels or {}),
+            overrides=dict(overrides or {}),
+            applicable=applicable,
+            reason=reason,
+        )
+        for k in range(1, repeats + 1)
+    ]
+
+
+def warmup_of(first: PlannedRun) -> PlannedRun:
+    """The discarded warm-up run: a copy of the study's first applicable configuration."""
+    return PlannedRun(
+        config=first.config,
+        repeat=0,
+        group=first.group,
+        labels=dict(first.labels),
+        overrides=dict(first.overrides),
+    )
+
+
+def finish_plan(
+    kind: str,
+    base_config: dict[str, Any],
+    options: dict[str, Any],
+    runs: list[PlannedRun],
+    warmup: bool,
+) -> StudyPlan:
+    """Add the warm-up run (if wanted) and check configuration names are unique and valid."""
+    applicable = [r for r in runs if r.applicable]
+    if not applicable:
+        raise TrainscopeError(f"study {kind}: no configuration can run on this machine")
+    ids = [r.id for r in runs]
+    if len(set(ids)) != len(ids):
+        raise AssertionError(f"duplicate run ids in study {kind}")  # a bug in a planner
+    # Validate every configuration before the first run starts, not halfway through.
+    for r in applicable:
+        if r.repeat == 1:
+            from_dict(merge(base_config, r.overrides))
+    if warmup:
+        runs = [warmup_of(applicable[0]), *runs]
+    return StudyPlan(kind=kind, base_config=base_config, options=options, runs=runs)

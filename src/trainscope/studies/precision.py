@@ -1,0 +1,58 @@
+"""``study precision``: fp32 vs tf32 vs fp16 + GradScaler vs bf16, same workload and seed.
+
+A precision the device cannot run (tf32 and fp16 on a CPU) is planned as *not
+applicable*, with the reason, and never executed: the report says so instead of showing
+fp32 numbers under another name.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from trainscope.config import PRECISIONS
+from trainscope.errors import DeviceError
+from trainscope.records.study_dir import PlannedRun, StudyPlan
+from trainscope.studies.base import finish_plan, repeats_of
+
+
+def applicability(name: str, device: torch.device) -> str | None:
+    """None when ``name`` runs on ``device``, else the reason it cannot."""
+    from trainscope.precision import make_precision
+
+    try:
+        make_precision(name, device).close()
+    except DeviceError as e:
+        return str(e)
+    return None
+
+
+def plan(
+    base_config: dict[str, Any],
+    device: torch.device,
+    *,
+    repeats: int = 3,
+    warmup: bool = True,
+    precisions: list[str] | None = None,
+) -> StudyPlan:
+    """One configuration per precision, each repeated; inapplicable ones are marked."""
+    precisions = list(PRECISIONS) if precisions is None else precisions
+    runs: list[PlannedRun] = []
+    for p in precisions:
+        reason = applicability(p, device)
+        runs += repeats_of(
+            p,
+            repeats,
+            labels={"precision": p},
+            overrides={"runtime.precision": p},
+            applicable=reason is None,
+            reason=reason,
+        )
+    options = {
+        "repeats": repeats,
+        "warmup": warmup,
+        "precisions": precisions,
+        "device": str(device),
+    }
+    return finish_plan("precision", base_config, options, runs, warmup)

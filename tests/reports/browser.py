@@ -1,0 +1,90 @@
+"""Open an HTML file in headless Chromium and list what went wrong (test helper).
+
+A report that renders without errors in a real browser is the only proof that its HTML
+works: a string check cannot see a broken image or a resource the page refuses to load.
+Uses Playwright with the system's Chromium (Debian's ``chromium`` package), so nothing
+is downloaded during tests; tests call :func:`require_browser` first and skip without it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+SKIP_MESSAGE = (
+    "headless Chromium not found: install Debian's chromium (apt-get install chromium) "
+    "or set TRAINSCOPE_CHROMIUM"
+)
+
+# Upper bound for loading one local file; a report with embedded images loads in well
+# under a second, so hitting this means something hangs.
+LOAD_TIMEOUT_MS = 30_000
+
+# Runs in the page after "load": every <img> that did not decode to a real picture.
+_BROKEN_IMAGES_JS = """
+() => Array.from(document.images)
+    .filter(img => !(img.complete && img.naturalWidth > 0))
+    .map(img => (img.getAttribute('src') || '').slice(0, 80))
+"""
+
+
+def find_chromium() -> str | None:
+    """The Chromium binary to use: ``$TRAINSCOPE_CHROMIUM``, else the first on PATH."""
+    env = os.environ.get("TRAINSCOPE_CHROMIUM")
+    if env:
+        return env if Path(env).is_file() else shutil.which(env)
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+def require_browser() -> None:
+    """Skip the calling test unless Playwright and a Chromium binary are available."""
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        pytest.skip(f"{SKIP_MESSAGE} (and install playwright: pip install -e '.[dev]')")
+    if find_chromium() is None:
+        pytest.skip(SKIP_MESSAGE)
+
+
+def browser_problems(html_path: Path) -> list[str]:
+    """Load ``html_path`` in headless Chromium; return every problem seen ([] = clean).
+
+    Problems are console messages of type error, uncaught page errors, failed requests
+    and ``<img>`` elements that are not ``complete`` with a non-zero natural width.
+    """
+    from playwright.sync_api import sync_playwright
+
+    executable = find_chromium()
+    if executable is None:
+        raise RuntimeError(SKIP_MESSAGE)
+    problems: list[str] = []
+    with sync_playwright() as pw:
+        # --no-sandbox: CI containers run as root, where Chromium's sandbox cannot start.
+        browser = pw.chromium.launch(executable_path=executable, args=["--no-sandbox"])
+        try:
+            page = browser.new_page()
+            page.on(
+                "console",
+                lambda msg: (
+                    problems.append(f"console error: {msg.text}") if msg.type == "error" else None
+                ),
+            )
+            page.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
+            page.on(
+                "requestfailed",
+                lambda req: problems.append(f"request failed: {req.url} ({req.failure})"),
+            )
+            page.goto(
+                Path(html_path).resolve().as_uri(), wait_until="load", timeout=LOAD_TIMEOUT_MS
+            )
+            problems += [f"broken image: {src}" for src in page.evaluate(_BROKEN_IMAGES_JS)]
+        finally:
+            browser.close()
+    return problems
