@@ -363,9 +363,11 @@ def test_yaml_num_workers_auto_and_loader(tmp_path: Path) -> None:
     assert resolve(path, {"data.num_workers": 2}).data.num_workers == 2
     fast = resolve(path, {"data.num_workers": 0, "data.loader": "fast"}).data
     assert fast.loader == "fast" and fast.num_workers == 0
-    # ... and the merged whole is validated: fast with the YAML's auto is refused.
+    # ... and the merged whole is validated: fast with the YAML's auto is fine (auto means
+    # 0 there), fast with a worker count is refused.
+    assert resolve(path, {"data.loader": "fast"}).data.num_workers == "auto"
     with pytest.raises(ConfigError, match="loader fast"):
-        resolve(path, {"data.loader": "fast"})
+        resolve(path, {"data.loader": "fast", "data.num_workers": 2})
 
 
 def test_auto_fast_and_data_only_survive_the_round_trip() -> None:

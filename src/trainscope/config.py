@@ -103,7 +103,8 @@ class DataConfig:
             raise ConfigError(f"unknown loader {self.loader!r}: choose one of {', '.join(LOADERS)}")
         if self.loader == "fast":
             # The fast path has no worker processes and no host-to-device copies to pin.
-            if self.num_workers != 0 or self.pin_memory or self.persistent_workers:
+            # "auto" is allowed: with no workers to choose it means 0.
+            if self.num_workers not in (0, "auto") or self.pin_memory or self.persistent_workers:
                 raise ConfigError(
                     "loader fast keeps the data on the device: num_workers, pin_memory and "
                     "persistent_workers do not apply (leave them at 0/off)"

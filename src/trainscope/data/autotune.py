@@ -111,6 +111,8 @@ def measure(
     """Time one worker count: iterator start-up + first batch, then up to ``max_batches``."""
     loader = make_loader(dataset, cfg, train=True, device=device, num_workers=num_workers)
     n_epoch = len(loader)
+    if n_epoch == 0:  # drop_last with fewer samples than a batch: nothing to load
+        return Trial(num_workers, 0.0, 0.0, 0, 0.0)
     t0 = time.perf_counter()
     it = iter(loader)
     x, _ = next(it)
@@ -144,6 +146,48 @@ def _load_cache(path: Path) -> dict[str, Any]:
         return {}  # a missing or damaged cache only means measuring again
 
 
+def _cached(entry: Any, key: str) -> AutoWorkers | None:
+    """A cache entry as a result, or None when it is missing or damaged (measure again)."""
+    try:
+        chosen = entry["chosen"]
+        if isinstance(chosen, bool) or not isinstance(chosen, int) or chosen < 0:
+            return None
+        trials = [Trial(**t) for t in entry.get("trials", [])]
+    except (TypeError, KeyError, AttributeError):
+        return None
+    return AutoWorkers(chosen=chosen, trials=trials, cached=True, key=key)
+
+
+def _search(
+    dataset: Dataset,
+    cfg: DataConfig,
+    device: torch.device,
+    cands: list[int],
+    budget_s: float,
+    max_batches: int,
+    log: Callable[[str], None] | None,
+) -> tuple[list[Trial], float]:
+    """Try candidates in order within the budget; stop once they get clearly slower."""
+    t_start = time.perf_counter()
+    trials: list[Trial] = []
+    for i, n in enumerate(cands):
+        left = budget_s - (time.perf_counter() - t_start)
+        if trials and left <= 0:
+            break
+        per_trial = max(left / (len(cands) - i), 0.05)
+        trial = measure(dataset, cfg, device, n, max_batches, per_trial)
+        trials.append(trial)
+        if log:
+            log(
+                f"num_workers auto: {n} workers -> start-up {trial.startup_s:.3f} s, "
+                f"{trial.per_batch_s * 1e3:.2f} ms/batch, est. {trial.epoch_estimate_s:.3f} s/epoch"
+            )
+        best = min(t.epoch_estimate_s for t in trials)
+        if trial.epoch_estimate_s > 1.5 * best:
+            break
+    return trials, time.perf_counter() - t_start
+
+
 def choose_num_workers(
     dataset: Dataset,
     cfg: DataConfig,
@@ -163,43 +207,21 @@ def choose_num_workers(
     point more workers only add start-up cost on this machine. The choice is cached in
     ``cache_dir`` under a key of machine, workload and loader knobs.
     """
-    key = cache_key(dataset, cfg, device, workload)
-    path = Path(cache_dir) / CACHE_FILE if cache_dir is not None else None
-    cache = _load_cache(path) if path is not None else {}
-    hit = cache.get("entries", {}).get(key)
-    if hit is not None:
-        result = AutoWorkers(
-            chosen=int(hit["chosen"]),
-            trials=[Trial(**t) for t in hit.get("trials", [])],
-            cached=True,
-            key=key,
-        )
-        if log:
-            log(result.describe())
-        return result
-
-    cands = candidates if candidates is not None else default_candidates()
-    t_start = time.perf_counter()
-    trials: list[Trial] = []
-    for i, n in enumerate(cands):
-        left = budget_s - (time.perf_counter() - t_start)
-        if trials and left <= 0:
-            break
-        per_trial = max(left / (len(cands) - i), 0.05)
-        trial = measure(dataset, cfg, device, n, max_batches, per_trial)
-        trials.append(trial)
-        if log:
-            log(
-                f"num_workers auto: {n} workers -> start-up {trial.startup_s:.3f} s, "
-                f"{trial.per_batch_s * 1e3:.2f} ms/batch, est. {trial.epoch_estimate_s:.3f} s/epoch"
-            )
-        best = min(t.epoch_estimate_s for t in trials)
-        if trial.epoch_estimate_s > 1.5 * best:
-            break
+    # Reading a sample and measuring draw from the global RNG when the data set augments:
+    # fork it, so a run with auto trains exactly like one given the chosen count.
+    with torch.random.fork_rng(devices=[]):
+        key = cache_key(dataset, cfg, device, workload)
+        path = Path(cache_dir) / CACHE_FILE if cache_dir is not None else None
+        cache = _load_cache(path) if path is not None else {}
+        hit = _cached(cache.get("entries", {}).get(key), key)
+        if hit is not None:
+            if log:
+                log(hit.describe())
+            return hit
+        cands = candidates if candidates is not None else default_candidates()
+        trials, seconds = _search(dataset, cfg, device, cands, budget_s, max_batches, log)
     chosen = min(trials, key=lambda t: t.epoch_estimate_s).num_workers
-    result = AutoWorkers(
-        chosen=chosen, trials=trials, seconds=time.perf_counter() - t_start, key=key
-    )
+    result = AutoWorkers(chosen=chosen, trials=trials, seconds=seconds, key=key)
     if path is not None:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
