@@ -118,6 +118,14 @@ RUN_FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
         "runtime.system_interval_s",
         {"type": float, "metavar": "S", "help": "seconds between system samples"},
     ),
+    "--track": (
+        "runtime.track",
+        {
+            "type": lambda text: [name for name in text.split(",") if name],
+            "metavar": "SINKS",
+            "help": "also log to wandb and/or tensorboard (comma-separated; default none)",
+        },
+    ),
     "--out": ("out", {"metavar": "DIR", "help": "run directory (default runs/<workload>-<time>)"}),
     "--overwrite": (
         "overwrite",

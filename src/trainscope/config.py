@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from trainscope.errors import ConfigError
+from trainscope.tracking import SINK_NAMES  # torch-free: only names, no tracker imported
 
 BUILTIN_WORKLOADS = ("digits", "mnist", "synthetic")
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
@@ -173,6 +174,8 @@ class RuntimeConfig:
     """Seconds between system-metric samples (CPU %, RSS, GPU)."""
     progress: bool = True
     """Show progress bars on the console."""
+    track: list[str] = field(default_factory=list)
+    """Tracking sinks mirroring the run (wandb, tensorboard); none by default."""
 
     def __post_init__(self) -> None:
         if not DEVICES_RE.match(self.device):
@@ -185,6 +188,12 @@ class RuntimeConfig:
             raise ConfigError(
                 f"unknown timing mode {self.timing!r}: choose one of {', '.join(TIMING_MODES)}"
             )
+        self.track = list(self.track)
+        for name in self.track:
+            if name not in SINK_NAMES:
+                raise ConfigError(
+                    f"unknown tracking sink {name!r}: choose from {', '.join(SINK_NAMES)}"
+                )
         if not self.system_interval_s > 0:
             raise ConfigError(f"system_interval_s must be > 0, got {self.system_interval_s}")
 
@@ -254,6 +263,10 @@ def _check_types(cls: type, values: dict[str, Any], where: str) -> None:
             and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
         ):
             raise ConfigError(f"{where}.{key} must be a list of integers, got {value!r}")
+        elif kind.startswith("list[str]") and not (
+            isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
+        ):
+            raise ConfigError(f"{where}.{key} must be a list of names, got {value!r}")
         elif kind.startswith("dict") and not isinstance(value, dict):
             raise ConfigError(f"{where}.{key} must be a mapping, got {value!r}")
 

@@ -12,6 +12,7 @@ import resource
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +41,15 @@ def peak_rss_bytes() -> int:
 class SystemSampler:
     """Samples every ``interval_s`` seconds until :meth:`stop`; use as a context manager."""
 
-    def __init__(self, path: Path, interval_s: float = 1.0, gpus: bool = True) -> None:
+    def __init__(
+        self,
+        path: Path,
+        interval_s: float = 1.0,
+        gpus: bool = True,
+        on_sample: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
         self.path = Path(path)
+        self._on_sample = on_sample
         self.interval_s = interval_s
         self._want_gpus = gpus
         self._stop = threading.Event()
@@ -86,6 +94,8 @@ class SystemSampler:
             self.samples.append(rec)
             out.write(json.dumps(rec) + "\n")
             out.flush()
+            if self._on_sample is not None:
+                self._on_sample(rec)  # e.g. Sinks.log_system, which never raises
 
     def start(self) -> SystemSampler:
         """Start the background thread."""

@@ -18,6 +18,7 @@ SCHEMA_VERSION = 1
 # Every file a run may write; prepare_run_dir() refuses to reuse a directory holding any
 # other file unless asked to overwrite.
 RUN_FILES = ("config.yaml", "env.json", "metrics.jsonl", "system.jsonl", "summary.json")
+RUN_FOLDERS = ("report", "tensorboard", "wandb")
 
 # Stages of a run in the order they are shown. Their seconds add up to wall_time_s:
 # "other" is computed as wall - sum(the rest) and is reported, never hidden.
@@ -89,11 +90,14 @@ def prepare_run_dir(path: str | os.PathLike, overwrite: bool = False) -> Path:
         # Only remove what a run writes; anything else the user put there is left alone.
         for name in RUN_FILES:
             (run_dir / name).unlink(missing_ok=True)
-        report = run_dir / "report"
-        if report.is_dir():
-            for p in sorted(report.rglob("*"), reverse=True):
-                p.rmdir() if p.is_dir() else p.unlink()
-            report.rmdir()
+        # Folders a run (report, tracking sinks) writes: stale event files would otherwise
+        # mix with the new run's in TensorBoard.
+        for folder in RUN_FOLDERS:
+            sub = run_dir / folder
+            if sub.is_dir():
+                for p in sorted(sub.rglob("*"), reverse=True):
+                    p.rmdir() if p.is_dir() and not p.is_symlink() else p.unlink()
+                sub.rmdir()
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         probe = run_dir / ".write-test"

@@ -19,6 +19,7 @@ from trainscope.profiling.timer import device_sync, make_stage_timer
 from trainscope.records import STAGES, RunWriter, prepare_run_dir
 from trainscope.runtime import describe_environment, resolve_device, seed_everything
 from trainscope.runtime.device import device_name
+from trainscope.tracking import Sinks, make_sinks
 from trainscope.train.console import RunConsole
 from trainscope.train.loop import TrainState, data_step, evaluate, train_epoch, train_step
 from trainscope.workloads import build_workload
@@ -60,6 +61,7 @@ def run(cfg: RunConfig, console: RunConsole | None = None) -> dict[str, Any]:
     t_start = time.perf_counter()
     device = resolve_device(cfg.runtime.device)
     precision = make_precision(cfg.runtime.precision, device)
+    sinks = make_sinks(cfg.runtime.track)  # a missing package refuses the run up front
     run_dir = prepare_run_dir(cfg.out or default_out(cfg), cfg.overwrite)
     writer = RunWriter(run_dir)
     # Saved without out/overwrite: rerunning config.yaml makes a fresh run directory.
@@ -80,12 +82,16 @@ def run(cfg: RunConfig, console: RunConsole | None = None) -> dict[str, Any]:
     }
     writer.write_summary(summary)  # a killed run leaves "running", never "completed"
     console.start(run_dir, summary)
+    sinks.start(run_dir, cfg.to_dict(), summary)
     sampler = SystemSampler(
-        run_dir / "system.jsonl", cfg.runtime.system_interval_s, gpus=device.type == "cuda"
+        run_dir / "system.jsonl",
+        cfg.runtime.system_interval_s,
+        gpus=device.type == "cuda",
+        on_sample=sinks.log_system,
     )
     try:
         with sampler:
-            _train(cfg, device, precision, writer, summary, console, t_start)
+            _train(cfg, device, precision, writer, summary, console, t_start, sinks)
         summary["system"] = sampler.summary()
         summary["status"] = "completed"
     except BaseException as e:
@@ -100,8 +106,15 @@ def run(cfg: RunConfig, console: RunConsole | None = None) -> dict[str, Any]:
     finally:
         summary["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
         writer.close()
-        writer.write_summary(summary)
+        if sinks:
+            summary["tracking"] = sinks.describe()
+        writer.write_summary(summary)  # the record is complete before any upload waits
         precision.close()
+        if sinks:
+            sinks.finish(summary)
+            if sinks.warnings_list != summary["tracking"]["warnings"]:
+                summary["tracking"] = sinks.describe()  # finish() itself failed
+                writer.write_summary(summary)
     console.finish(summary)
     return summary
 
@@ -114,6 +127,7 @@ def _train(
     summary: dict[str, Any],
     console: RunConsole,
     t_start: float,
+    sinks: Sinks,
 ) -> None:
     """The body of a run; fills ``summary`` as results come in."""
     stages = dict.fromkeys(STAGES, 0.0)
@@ -183,6 +197,7 @@ def _train(
             if len(first_losses) < FIRST_LOSSES and r["loss"] is not None:
                 first_losses.append(r["loss"])
         writer.flush()
+        sinks.log_steps(records)
         console.steps(records)
 
     for e in range(cfg.train.epochs):
@@ -223,6 +238,7 @@ def _train(
         epochs.append(row)
         writer.log("epoch", **row)
         writer.flush()
+        sinks.log_epoch(row)
         console.epoch_end(row)
 
     # --- final test evaluation -------------------------------------------------------
