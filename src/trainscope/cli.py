@@ -212,7 +212,8 @@ def _add_study_parser(sub: Any) -> None:
         "study",
         help="repeat runs under several settings and report the comparison",
         description="Run a study: a list of run configurations x repeats (a warm-up run first, "
-        "discarded), then build its report. Rerunning the same command resumes it.",
+        "discarded), then build its report. Rerunning it with the same --out resumes it: "
+        "completed runs are kept.",
     )
     kinds = p_study.add_subparsers(dest="study", metavar="NAME", parser_class=_Parser)
     for name, text in STUDY_HELP.items():

@@ -102,6 +102,8 @@ def execute(
     from trainscope.train.console import RunConsole
 
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    if is_study_dir(study_dir) and not overwrite:  # resuming: keep the first start time
+        started = read_study_file(study_dir).get("started_at") or started
     write_study(study_dir, plan, "running", started_at=started)
     result = StudyResult(study_dir=study_dir)
     order = [r for r in execution_order(plan.runs)]
@@ -162,6 +164,8 @@ def repeats_of(
     reason: str | None = None,
 ) -> list[PlannedRun]:
     """Planned runs 1..``repeats`` of one configuration."""
+    if repeats < 1:
+        raise TrainscopeError(f"repeats must be at least 1, got {repeats}")
     return [
         PlannedRun(
             config=config,

@@ -1,0 +1,160 @@
+"""``trainscope study``: bad input, and a real tiny study that resumes, reports and compares.
+
+Runs :func:`trainscope.cli.main` in-process, like tests/test_cli.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from trainscope.cli import main
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def tiny_profile(out: Path, repeats: int = 1) -> list[str]:
+    """A real but tiny ``study profile`` on the CPU, without warm-up."""
+    return [
+        "study", "profile", "--epochs", "1", "--max-steps-per-epoch", "3", "--device", "cpu",
+        "--repeats", str(repeats), "--no-warmup", "--out", str(out),
+    ]  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Default study directories (studies/...) land in tmp_path; no debug tracebacks.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TRAINSCOPE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("TRAINSCOPE_DEBUG", raising=False)
+
+
+def run_main(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """Run the CLI in-process: (exit code, stdout, stderr)."""
+    try:
+        code = main(list(argv))
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_error_line(err: str, *needles: str) -> str:
+    """stderr is exactly one trainscope error line holding every needle, no traceback."""
+    assert "Traceback" not in err
+    lines = err.splitlines()
+    assert len(lines) == 1, f"expected one line on stderr, got {lines!r}"
+    assert lines[0].startswith("trainscope") and "error:" in lines[0], lines[0]
+    assert "internal error" not in lines[0]
+    for needle in needles:
+        assert needle in lines[0], f"{needle!r} not in {lines[0]!r}"
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("argv", "needles"),
+    [
+        (["study"], ["NAME", "loader", "profile", "precision"]),
+        (["study", "precision", "--precisions", "fp32,xx"], ["--precisions", "xx"]),
+        (["study", "precision", "--precisions", ","], ["--precisions", "empty"]),
+        (["study", "loader", "--workers", "3-1"], ["3-1"]),
+        (["study", "loader", "--iter-workers", "x"], ["'x'"]),
+        (["study", "loader", "--sweep-epochs", "0"], ["--sweep-epochs"]),
+        (["study", "profile", "--repeats", "0"], ["--repeats", "0"]),
+        (["study", "profile", "--set", "data.batch_size=0"], ["batch_size"]),
+        (["study", "nope"], ["nope"]),
+    ],
+)
+def test_bad_study_input_is_one_line_exit_2_and_runs_nothing(capsys, tmp_path, argv, needles):
+    code, out, err = run_main(capsys, *argv, "--out", str(tmp_path / "s"))
+    assert code == 2
+    one_error_line(err, *needles)
+    assert not (tmp_path / "s").exists()
+    assert not (tmp_path / "studies").exists()
+
+
+def test_study_without_name(capsys, tmp_path):
+    code, _, err = run_main(capsys, "study")
+    assert code == 2
+    one_error_line(err, "needs a NAME")
+
+
+def test_precision_study_with_only_cpu_unrunnable_precisions_is_refused(capsys, tmp_path):
+    code, _, err = run_main(
+        capsys, "study", "precision", "--device", "cpu", "--precisions", "fp16",
+        "--out", str(tmp_path / "s"),
+    )  # fmt: skip
+    assert code == 1
+    one_error_line(err, "no configuration can run")
+    assert not (tmp_path / "s").exists()
+
+
+def summaries(study_dir: Path) -> dict[str, tuple[int, bytes]]:
+    """Run id -> (mtime_ns, bytes) of every summary.json in a study."""
+    out = {}
+    for p in sorted((study_dir / "runs").glob("*/*/summary.json")):
+        out[f"{p.parent.parent.name}/{p.parent.name}"] = (p.stat().st_mtime_ns, p.read_bytes())
+    return out
+
+
+def test_a_tiny_profile_study_resumes_reports_and_compares(capsys, tmp_path):
+    study_dir = tmp_path / "prof"
+    argv = tiny_profile(study_dir)
+    code, out, err = run_main(capsys, *argv, "-q")
+    assert code == 0, err
+    assert err == ""  # -q: nothing but errors
+    study = json.loads((study_dir / "study.json").read_text())
+    assert study["status"] == "completed" and study["kind"] == "profile"
+    assert [r["repeat"] for r in study["runs"]] == [1]  # --repeats 1 --no-warmup
+    report = study_dir / "report"
+    for name in ("report.md", "report.html", "tables.tex", "plots/stages.png"):
+        assert (report / name).is_file(), name
+    assert (report / "plots" / "stages.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    before = summaries(study_dir)
+    assert list(before) == ["run/r1"]
+    assert json.loads(before["run/r1"][1])["status"] == "completed"
+
+    # The same command again (not quiet): nothing is rerun, the report is rebuilt.
+    (report / "report.md").unlink()
+    code, out, err = run_main(capsys, *argv)
+    assert code == 0, err
+    assert "already done" in err
+    assert "0 run(s) executed, 1 kept from before" in err
+    assert summaries(study_dir) == before
+    assert (report / "report.md").is_file()
+
+    # A different plan in the same directory is refused without --overwrite.
+    code, _, err = run_main(capsys, *tiny_profile(study_dir, repeats=2), "-q")
+    assert code == 1
+    one_error_line(err, "different study")
+    assert summaries(study_dir) == before
+
+    # `report` on the study directory rebuilds the study's report.
+    for name in ("report.md", "report.html", "tables.tex"):
+        (report / name).unlink()
+    code, out, err = run_main(capsys, "report", str(study_dir), "-q")
+    assert code == 0, err
+    for name in ("report.md", "report.html", "tables.tex", "plots/stages.png"):
+        assert (report / name).is_file(), name
+    assert "profile" in (report / "report.md").read_text()
+    assert summaries(study_dir) == before
+
+
+def test_compare_two_runs_of_a_study(capsys, tmp_path):
+    study_dir = tmp_path / "prof"
+    code, _, err = run_main(capsys, *tiny_profile(study_dir, repeats=2), "--no-report", "-q")
+    assert code == 0, err
+    assert not (study_dir / "report").exists()  # --no-report
+    r1, r2 = study_dir / "runs" / "run" / "r1", study_dir / "runs" / "run" / "r2"
+    cmp_dir = tmp_path / "cmp"
+    code, out, err = run_main(capsys, "compare", str(r1), str(r2), "--out", str(cmp_dir))
+    assert code == 0, err
+    for name in ("compare.md", "compare.html", "compare.tex"):
+        assert (cmp_dir / name).is_file(), name
+    md = (cmp_dir / "compare.md").read_text()
+    header = next(line for line in md.splitlines() if line.startswith("|"))
+    assert [c.strip() for c in header.strip("|").split("|")] == ["", "r1", "r2"]
+    assert "Comparison of 2 runs" in md
+    assert "r1" in out and "r2" in out  # the table on the console too
