@@ -290,3 +290,19 @@ def test_a_real_profile_study_runs_once_and_resumes_to_nothing(tmp_path):
 
     again = execute(plan, study_dir, say=quiet)
     assert again.executed == [] and again.skipped == ["run/warmup", "run/r1", "run/r2"]
+
+
+def test_a_run_failing_before_its_summary_is_named_in_the_study(tmp_path: Path) -> None:
+    base = from_dict({"runtime": {"progress": False}}).to_dict()
+    plan = profile.plan(base, torch.device("cpu"), repeats=2, warmup=False)
+
+    def run_fn(cfg: RunConfig, console: Any) -> dict[str, Any]:
+        if cfg.out.endswith("r2"):
+            raise OSError("disk full")
+        RunWriter(prepare_run_dir(cfg.out, True)).write_summary({"status": "completed"})
+        return {"status": "completed"}
+
+    result = execute(plan, tmp_path / "s", say=lambda _: None, run_fn=run_fn)
+    assert result.failed == ["run/r2"]
+    study = load_study(tmp_path / "s")
+    assert [(r.id, why) for r, why in study.failed()] == [("run/r2", "OSError: disk full")]

@@ -140,12 +140,19 @@ class StudyRecord:
         return [rec for r in sorted(runs, key=lambda r: r.repeat) if (rec := self.completed(r))]
 
     def failed(self) -> list[tuple[PlannedRun, str]]:
-        """Planned applicable runs that ran and did not complete, with their error."""
+        """Planned applicable runs that ran and did not complete, with their error.
+
+        A run that failed before writing its own summary is known from the ``failures``
+        that ``execute`` keeps in study.json.
+        """
+        early = self.meta.get("failures") or {}
         out = []
         for r in self.plan.runs:
             rec = self.records.get(r.id)
             if rec is not None and rec.summary.get("status") != "completed":
                 out.append((r, str(rec.summary.get("error") or rec.summary.get("status"))))
+            elif rec is None and r.id in early:
+                out.append((r, str(early[r.id])))
         return out
 
 

@@ -109,6 +109,8 @@ def findings(
         return []
     step_total = sum(stages_s.get(s, 0.0) for s in STEP_STAGES)
     named = [s for s in STAGES if s in stages_s]
+    if not named:  # only stages this version does not know: nothing to rank
+        return []
     biggest = max(named, key=lambda s: stages_s[s])
     out = [Finding(biggest, stages_s[biggest] / wall_s, "wall", "")]
     out[0].text = "Biggest stage: " + _suggest(biggest, out[0].share, "wall", ctx)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from trainscope.records.run_dir import STAGE_LABELS, STAGES, RunRecord, load_run
-from trainscope.reports.document import Document, write_document
+from trainscope.reports.document import Document, escape_inline, write_document
 from trainscope.reports.tables import (
     Table,
     fmt_bytes,
@@ -112,7 +112,13 @@ def build_comparison(
     out.mkdir(parents=True, exist_ok=True)
     doc = Document(f"Comparison of {len(records)} runs")
     doc.table(table)
-    failed = [r.path.name for r in records if r.summary.get("status") != "completed"]
+    # Named as in the table's header (r1 alone is ambiguous among study runs), escaped:
+    # a directory name is text, not markup.
+    failed = [
+        escape_inline(name)
+        for name, r in zip(table.columns[1:], records)
+        if r.summary.get("status") != "completed"
+    ]
     if failed:
         doc.note("Not completed (numbers are partial): " + ", ".join(failed))
     md_html = write_document(doc, out)

@@ -106,6 +106,9 @@ def execute(
         started = read_study_file(study_dir).get("started_at") or started
     write_study(study_dir, plan, "running", started_at=started)
     result = StudyResult(study_dir=study_dir)
+    # Errors of runs that failed before writing a summary of their own (e.g. a full disk
+    # at prepare_run_dir): kept in study.json so the report can name them.
+    failures: dict[str, str] = {}
     order = [r for r in execution_order(plan.runs)]
     todo = [r for r in order if r.applicable]
     result.not_applicable = [r.id for r in order if not r.applicable]
@@ -134,13 +137,14 @@ def execute(
                 raise
             except Exception as e:  # recorded in the run's summary; the study goes on
                 result.failed.append(planned.id)
+                failures[planned.id] = f"{type(e).__name__}: {e}"
                 say(f"{tag}: failed: {type(e).__name__}: {e}")
                 continue
             result.executed.append(planned.id)
             note = " (warm-up, discarded)" if planned.warmup else ""
             say(f"{tag}: {summary.get('status')} in {time.perf_counter() - t0:.2f} s{note}")
     except KeyboardInterrupt:
-        write_study(study_dir, plan, "interrupted", started_at=started)
+        write_study(study_dir, plan, "interrupted", started_at=started, failures=failures)
         raise
     status = "completed" if not result.failed else "completed_with_failures"
     write_study(
@@ -149,6 +153,7 @@ def execute(
         status,
         started_at=started,
         finished_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        failures=failures,
     )
     return result
 
