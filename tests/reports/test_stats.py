@@ -12,6 +12,8 @@ from trainscope.records.run_dir import RunRecord
 from trainscope.reports.stats import (
     epoch_seconds,
     fmt_mean_std,
+    fmt_mean_std_sig,
+    fmt_sig,
     loader_start_seconds,
     mean_curve,
     mean_std,
@@ -177,3 +179,18 @@ def test_epoch_and_loader_start_seconds(tmp_path: Path) -> None:
     assert loader_start_seconds(rec) == pytest.approx(0.02)
     empty = record(tmp_path, [], {"epochs": None})
     assert epoch_seconds(empty) is None and loader_start_seconds(empty) is None
+
+
+@pytest.mark.parametrize(
+    ("x", "want"),
+    [(0.0042, "0.00420"), (0.07534, "0.0753"), (1.234, "1.23"), (123.4, "123"), (0, "0")],
+)
+def test_fmt_sig(x: float, want: str) -> None:
+    assert fmt_sig(x) == want
+
+
+def test_fmt_mean_std_sig_uses_the_means_decimals() -> None:
+    assert fmt_mean_std_sig(0.0042, 0.00031, 3) == "0.00420 ± 0.00031"
+    assert fmt_mean_std_sig(75.34, 2.2, 3) == "75.3 ± 2.2"
+    assert fmt_mean_std_sig(0.5, 0.1, 1) == "0.500"
+    assert fmt_mean_std_sig(None, None, 0) == "–"

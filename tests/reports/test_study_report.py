@@ -25,7 +25,7 @@ from tests.reports.runs import assert_png, pipe_rows, section
 from trainscope.config import from_dict
 from trainscope.records.run_dir import STAGE_LABELS, STAGES
 from trainscope.records.study_dir import StudyPlan, load_study
-from trainscope.reports.stats import fmt_mean_std
+from trainscope.reports.stats import fmt_mean_std, fmt_mean_std_sig
 from trainscope.reports.study_report import (
     StudyReport,
     build_study_report,
@@ -263,7 +263,7 @@ def test_loader_sweep_numbers_match_the_run_summaries(loader_study: Built) -> No
         m, s = statistics.mean(per_run), statistics.stdev(per_run)
         means[config] = m
         row = table_row(loader_study.report, "sweep", "DataLoader", Workers=workers)
-        assert row[2] == fmt_mean_std(m, s, fmt_seconds, 2)
+        assert row[2] == fmt_mean_std_sig(m, s, 2)
         assert float(row[2].split(" ± ")[0]) == pytest.approx(m, abs=6e-4)
         rates = [loader_study.summary(f"{config}/r{k}")["samples_per_s"] for k in (1, 2)]
         assert row[3] == fmt_rate(statistics.mean(rates))

@@ -33,6 +33,27 @@ def mean_std(values: Iterable[Any]) -> tuple[float | None, float | None, int]:
     return m, math.sqrt(var), len(xs)
 
 
+def fmt_sig(x: Any, digits: int = 3) -> str:
+    """A number with ``digits`` significant digits, never in exponent form: 0.00420, 75.3."""
+    if not isinstance(x, (int, float)) or isinstance(x, bool) or not math.isfinite(x):
+        return MISSING
+    if x == 0:
+        return "0"
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(x))))
+    return f"{x:.{decimals}f}"
+
+
+def fmt_mean_std_sig(mean: float | None, std: float | None, n: int, digits: int = 3) -> str:
+    """Mean with ``digits`` significant digits and the std at the same decimals."""
+    if mean is None:
+        return MISSING
+    m = fmt_sig(mean, digits)
+    if std is None or n == 1:
+        return m
+    decimals = len(m.split(".")[1]) if "." in m else 0
+    return f"{m} ± {std:.{decimals}f}"
+
+
 def fmt_mean_std(
     mean: float | None, std: float | None, fmt: Callable[[Any], str], n: int | None = None
 ) -> str:

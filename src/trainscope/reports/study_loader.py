@@ -11,11 +11,13 @@ from trainscope.reports.stats import (
     COMPUTE_STAGES,
     epoch_seconds,
     fmt_mean_std,
+    fmt_mean_std_sig,
+    fmt_sig,
     loader_start_seconds,
     mean_std,
     per_step_stages,
 )
-from trainscope.reports.tables import Table, fmt_pct, fmt_rate, fmt_seconds
+from trainscope.reports.tables import Table, fmt_pct, fmt_rate
 
 if TYPE_CHECKING:
     from trainscope.reports.study_report import Section
@@ -67,9 +69,9 @@ def _sweep(study: StudyRecord, doc: Document, plots: Path, section: Section) -> 
             [
                 VARIANT_LABELS.get(variant, variant),
                 "–" if variant == "fast" else str(w),
-                fmt_mean_std(m, s, fmt_seconds, n),
+                fmt_mean_std_sig(m, s, n),
                 fmt_rate(rate),
-                fmt_seconds(start),
+                fmt_sig(start),
                 _ratio(base[0] / m) if base else "–",
             ]
         )
@@ -166,7 +168,7 @@ def _per_iteration(study: StudyRecord, doc: Document, plots: Path, section: Sect
                 fmt_mean_std(dw_m and dw_m * 1e3, dw_s and dw_s * 1e3, _fmt_ms, n),
                 fmt_mean_std(cp_m and cp_m * 1e3, cp_s and cp_s * 1e3, _fmt_ms, n),
                 fmt_pct(share),
-                fmt_seconds(start),
+                fmt_sig(start),
             ]
         )
         if dw_m is not None and cp_m is not None:
