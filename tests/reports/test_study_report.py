@@ -25,13 +25,13 @@ from tests.reports.runs import assert_png, pipe_rows, section
 from trainscope.config import from_dict
 from trainscope.records.run_dir import STAGE_LABELS, STAGES
 from trainscope.records.study_dir import StudyPlan, load_study
-from trainscope.reports.stats import fmt_mean_std, fmt_mean_std_sig
+from trainscope.reports.stats import fmt_mean_std_sig, fmt_sig
 from trainscope.reports.study_report import (
     StudyReport,
     build_study_report,
     print_study_report,
 )
-from trainscope.reports.tables import fmt_rate, fmt_seconds
+from trainscope.reports.tables import fmt_rate
 from trainscope.studies import loader, precision, profile
 from trainscope.studies.base import StudyResult, execute
 from trainscope.train.run import run as real_run
@@ -330,12 +330,10 @@ def test_profile_stage_table_matches_summaries(profile_study: Built) -> None:
     cells = profile_study.report.tables["stages"].cells()
     assert [row[0] for row in cells] == [STAGE_LABELS[s] for s in STAGES] + ["total (wall)"]
     walls = [x["wall_time_s"] for x in summaries]
-    assert cells[-1][1] == fmt_mean_std(
-        statistics.mean(walls), statistics.stdev(walls), fmt_seconds, 2
-    )
+    assert cells[-1][1] == fmt_mean_std_sig(statistics.mean(walls), statistics.stdev(walls), 2)
     forward = [x["stages_s"]["forward"] for x in summaries]
     row = cells[STAGES.index("forward")]
-    assert row[1] == fmt_mean_std(statistics.mean(forward), statistics.stdev(forward), fmt_seconds)
+    assert row[1] == fmt_mean_std_sig(statistics.mean(forward), statistics.stdev(forward), 2)
     steps = summaries[0]["steps"]
     assert float(row[3]) == pytest.approx(1e3 * statistics.mean(forward) / steps, abs=6e-4)
     assert "over 2 runs" in profile_study.report.tables["stages"].caption
@@ -369,9 +367,7 @@ def test_precision_finding_compares_bf16_with_fp32(precision_study: Built) -> No
     assert len(found) == 1
     assert f"wall time {bf16['wall_time_s'] / fp32['wall_time_s']:.2f}x" in found[0]
     assert "test accuracy" in found[0] and "peak memory" in found[0]
-    assert table_row(precision_study.report, "precision", "bf16")[5] == fmt_seconds(
-        bf16["wall_time_s"]
-    )
+    assert table_row(precision_study.report, "precision", "bf16")[5] == fmt_sig(bf16["wall_time_s"])
 
 
 # ---------------------------------------------------------------------------------------
@@ -408,7 +404,7 @@ def test_interrupted_study_reports_its_status_and_progress(tmp_path: Path) -> No
     # Only the one measured run makes the statistics; the warm-up is not among them.
     r1 = json.loads((study_dir / "runs/run/r1/summary.json").read_text())
     total = report.tables["stages"].cells()[-1]
-    assert total[1] == fmt_seconds(r1["wall_time_s"])
+    assert total[1] == fmt_sig(r1["wall_time_s"])
     assert "over 1 runs" in report.tables["stages"].caption
     assert report.findings[0].startswith("Biggest stage: ")
 
@@ -453,7 +449,7 @@ def test_failed_run_is_listed_and_left_out_of_statistics(tmp_path: Path) -> None
         for k in (1, 3)
     ]
     total = report.tables["stages"].cells()[-1]
-    assert total[1] == fmt_mean_std(statistics.mean(walls), statistics.stdev(walls), fmt_seconds)
+    assert total[1] == fmt_mean_std_sig(statistics.mean(walls), statistics.stdev(walls), 2)
     assert "over 2 runs" in report.tables["stages"].caption
 
 

@@ -7,14 +7,19 @@ from typing import TYPE_CHECKING
 
 from trainscope.records.study_dir import StudyRecord
 from trainscope.reports.document import Document, escape_inline
-from trainscope.reports.stats import fmt_mean_std, mean_curve, mean_std, step_losses
+from trainscope.reports.stats import (
+    fmt_mean_std,
+    fmt_mean_std_sig,
+    mean_curve,
+    mean_std,
+    step_losses,
+)
 from trainscope.reports.tables import (
     Table,
     fmt_bytes,
     fmt_float,
     fmt_pct,
     fmt_rate,
-    fmt_seconds,
 )
 
 if TYPE_CHECKING:
@@ -72,7 +77,7 @@ def precision_sections(study: StudyRecord, doc: Document, plots: Path) -> Sectio
                 fmt_float(l_m),
                 _pct_ms(v_m, v_s, n),
                 _pct_ms(t_m, t_s, n),
-                fmt_mean_std(w_m, w_s, fmt_seconds, n),
+                fmt_mean_std_sig(w_m, w_s, n),
                 fmt_rate(r_m),
                 fmt_bytes(p_m),
                 str(skipped),

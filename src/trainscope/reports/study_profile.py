@@ -10,8 +10,8 @@ from trainscope.records.study_dir import StudyRecord
 from trainscope.reports.advice import STEP_STAGES, findings
 from trainscope.reports.document import Document
 from trainscope.reports.plots import stage_pie
-from trainscope.reports.stats import fmt_mean_std, mean_std
-from trainscope.reports.tables import Table, fmt_pct, fmt_seconds
+from trainscope.reports.stats import fmt_mean_std_sig, mean_std
+from trainscope.reports.tables import Table, fmt_pct
 
 if TYPE_CHECKING:
     from trainscope.reports.study_report import Section
@@ -41,12 +41,12 @@ def profile_sections(study: StudyRecord, doc: Document, plots: Path) -> Section:
         rows.append(
             [
                 STAGE_LABELS.get(stage, stage),
-                fmt_mean_std(m, s, fmt_seconds, k),
+                fmt_mean_std_sig(m, s, k),
                 fmt_pct(m / wall_m if wall_m else None),
                 per_step,
             ]
         )
-    rows.append(["total (wall)", fmt_mean_std(wall_m, wall_s, fmt_seconds, n), "100.0%", "–"])
+    rows.append(["total (wall)", fmt_mean_std_sig(wall_m, wall_s, n), "100.0%", "–"])
     table = Table(
         ["Stage", "Seconds", "Share of wall", "ms/step"],
         rows,
