@@ -52,7 +52,8 @@ def precision_sections(study: StudyRecord, doc: Document, plots: Path) -> Sectio
         recs = study.measured(cfg.config) if cfg.applicable else []
         if not recs:
             why = cfg.reason if not cfg.applicable else "no completed run"
-            rows.append([name, f"not applicable: {why}" if not cfg.applicable else why] + ["–"] * 7)
+            # The reason is listed below the table: it is too long for a cell.
+            rows.append([name, "not applicable" if not cfg.applicable else why] + ["–"] * 7)
             walls.append(None)
             wall_err.append(None)
             mems.append(None)
@@ -138,9 +139,10 @@ def precision_sections(study: StudyRecord, doc: Document, plots: Path) -> Sectio
         doc.figure(files[0], "Peak memory by precision", None)
     if mem_kind == "process_peak_rss":
         doc.note(
-            "On the CPU, peak memory is the process's peak resident set size: it includes "
-            "the Python interpreter and torch itself, so precisions differ little there. "
-            "On CUDA it is torch.cuda.max_memory_allocated."
+            "On the CPU, peak memory is the process's peak resident set size: a high-water "
+            "mark of the whole study process, in which the runs execute one after another, "
+            "so it cannot tell precisions apart. On CUDA it is "
+            "torch.cuda.max_memory_allocated, reset at the start of every run."
         )
     ref = stats.get("fp32")
     for name, st in stats.items():
