@@ -20,7 +20,7 @@ import yaml
 from trainscope.errors import ConfigError
 from trainscope.tracking import SINK_NAMES  # torch-free: only names, no tracker imported
 
-BUILTIN_WORKLOADS = ("digits", "mnist", "synthetic")
+BUILTIN_WORKLOADS = ("digits", "mnist", "synthetic", "gpt-char", "text-cls")
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 OPTIMIZERS = ("sgd", "adam", "adamw")
 TIMING_MODES = ("auto", "exact")
@@ -35,7 +35,8 @@ class WorkloadConfig:
     """What to train: a built-in workload name or ``package.module:factory``."""
 
     name: str = "digits"
-    """Workload: digits | mnist | synthetic, or ``package.module:factory`` for your own."""
+    """Workload: digits | mnist | synthetic | gpt-char | text-cls, or
+    ``package.module:factory`` for your own."""
     data_dir: str | None = None
     """Local data folder (mnist: the four IDX files); None downloads to the cache."""
     download: bool = True
@@ -49,7 +50,8 @@ class WorkloadConfig:
     num_classes: int = 10
     """synthetic: number of classes."""
     options: dict[str, Any] = field(default_factory=dict)
-    """Keyword arguments passed to a user factory."""
+    """Workload-specific settings, checked by the workload itself (gpt-char: preset,
+    n_layer, ...; text-cls: model, size, task, lora_r, ...; a user factory reads its own)."""
 
     def __post_init__(self) -> None:
         if self.name not in BUILTIN_WORKLOADS and not FACTORY_RE.match(self.name):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sized
+from collections.abc import Callable, Iterable, Sized
 from typing import Any, Protocol
 
 import torch
@@ -13,8 +13,13 @@ from trainscope.data.fast import FastLoader, in_memory
 from trainscope.errors import ConfigError
 
 
-class BatchLoader(Iterable[tuple[torch.Tensor, torch.Tensor]], Sized, Protocol):
-    """What the training loop needs of a loader: ``len()`` batches, one epoch per ``iter()``."""
+class BatchLoader(Iterable[tuple[Any, torch.Tensor]], Sized, Protocol):
+    """What the training loop needs of a loader: ``len()`` batches, one epoch per ``iter()``.
+
+    A batch is ``(inputs, targets)``: inputs a tensor or a mapping of tensors (see
+    :func:`trainscope.workloads.base.move_to`), targets a tensor whose first dimension is
+    the number of samples.
+    """
 
 
 def make_loader(
@@ -24,6 +29,7 @@ def make_loader(
     train: bool,
     device: torch.device,
     num_workers: int | None = None,
+    collate_fn: Callable[[list[Any]], Any] | None = None,
 ) -> BatchLoader:
     """A DataLoader with every speed knob of ``cfg``, or a :class:`FastLoader` for ``fast``.
 
@@ -31,8 +37,20 @@ def make_loader(
     reproducible and independent of the model seed); evaluation loaders keep order.
     ``pin_memory`` only makes sense when batches go to a CUDA device. ``num_workers``
     overrides the config's value (which may still read "auto" before it is resolved).
+    A data set with its own fast path (a ``fast_loader(batch_size, device, *, shuffle,
+    seed, drop_last, rank, world_size)`` method, e.g. a text corpus sampled as windows)
+    provides it; ``rank``/``world_size`` ask for this process's share of every batch.
     """
     if cfg.loader == "fast":
+        own = getattr(dataset, "fast_loader", None)
+        if callable(own):
+            return own(
+                cfg.batch_size,
+                device,
+                shuffle=train,
+                seed=cfg.shuffle_seed,
+                drop_last=cfg.drop_last and train,
+            )
         split = in_memory(dataset)
         if split is None:
             raise ConfigError(
@@ -55,6 +73,7 @@ def make_loader(
         "num_workers": workers,
         "pin_memory": cfg.pin_memory and device.type == "cuda",
         "persistent_workers": cfg.persistent_workers and workers > 0,
+        "collate_fn": collate_fn,
     }
     if cfg.prefetch_factor is not None and workers > 0:
         kwargs["prefetch_factor"] = cfg.prefetch_factor

@@ -18,7 +18,7 @@ from torch import nn
 from trainscope.data.loaders import BatchLoader
 from trainscope.precision import Precision
 from trainscope.profiling.timer import StageTimer, device_sync
-from trainscope.workloads.base import LossFn, Workload
+from trainscope.workloads.base import LossFn, Workload, move_to
 
 TRAIN_STAGES = ("data_wait", "h2d", "forward", "backward", "optimizer")
 
@@ -60,7 +60,7 @@ def train_step(
     timer.start_step()
     inputs, targets = next(batches)  # 1. wait for the next batch from the input pipeline
     timer.mark("data_wait")
-    inputs = inputs.to(state.device, non_blocking=True)  # 2. copy it to the device
+    inputs = move_to(inputs, state.device)  # 2. copy it to the device
     targets = targets.to(state.device, non_blocking=True)
     timer.mark("h2d")
     with state.precision.autocast():
@@ -84,7 +84,7 @@ def data_step(
     timer.start_step()
     inputs, targets = next(batches)
     timer.mark("data_wait")
-    inputs = inputs.to(state.device, non_blocking=True)
+    inputs = move_to(inputs, state.device)
     targets = targets.to(state.device, non_blocking=True)
     timer.mark("h2d")
     timer.end_step()
@@ -191,7 +191,7 @@ def evaluate(state: TrainState, workload: Workload, loader: BatchLoader) -> dict
     state.model.eval()
     metrics = workload.new_metrics(state.device)
     for inputs, targets in loader:
-        inputs = inputs.to(state.device, non_blocking=True)
+        inputs = move_to(inputs, state.device)
         targets = targets.to(state.device, non_blocking=True)
         with state.precision.autocast():
             outputs = state.model(inputs)

@@ -14,10 +14,21 @@ if TYPE_CHECKING:
     from trainscope.workloads.base import Workload
 
 
-def _builtin(name: str) -> Callable[..., Workload]:
-    from trainscope.workloads import builtin
+# Built-in name -> "module:factory" inside trainscope.workloads; each factory takes
+# (WorkloadConfig, cache_dir) and returns a Workload. Imported only when chosen, so a
+# workload with optional dependencies (text-cls: transformers) costs nothing otherwise.
+BUILTINS: dict[str, str] = {
+    "digits": "builtin:digits",
+    "mnist": "builtin:mnist",
+    "synthetic": "builtin:synthetic",
+    "gpt-char": "gpt:gpt_char",
+    "text-cls": "text_cls:text_cls",
+}
 
-    return getattr(builtin, name)
+
+def _builtin(name: str) -> Callable[..., Workload]:
+    module, _, attr = BUILTINS[name].partition(":")
+    return getattr(importlib.import_module(f"trainscope.workloads.{module}"), attr)
 
 
 def load_factory(spec: str) -> Callable[..., Workload]:

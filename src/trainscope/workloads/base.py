@@ -2,15 +2,46 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
 from torch.utils.data import Dataset
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+class Metrics(Protocol):
+    """An evaluation accumulator: ``update`` per batch, ``compute`` once at the end.
+
+    ``compute`` returns at least ``loss``; ``accuracy`` and ``per_class_accuracy`` where
+    the task has them, and any other named figures (e.g. ``perplexity``).
+    """
+
+    def update(self, outputs: torch.Tensor, targets: torch.Tensor, loss: torch.Tensor) -> None:
+        """Add one batch (``loss`` is the batch mean)."""
+
+    def compute(self) -> dict[str, Any]:
+        """The figures over every batch added."""
+
+
+def move_to(inputs: Any, device: torch.device) -> Any:
+    """Copy a batch's inputs to ``device``: one tensor (images, token ids) or a mapping of
+    named tensors (input_ids, attention_mask, ...) that the model receives whole."""
+    if isinstance(inputs, torch.Tensor):
+        return inputs.to(device, non_blocking=True)
+    if isinstance(inputs, Mapping):
+        return {k: move_to(v, device) for k, v in inputs.items()}
+    return inputs
+
+
+def model_blocks(model: nn.Module) -> list[nn.Module]:
+    """The repeated units of a model (``model.blocks``): what activation checkpointing and
+    FSDP wrap one by one. Empty when the model exposes none."""
+    blocks = getattr(model, "blocks", None)
+    return list(blocks) if blocks is not None else []
 
 
 class ClassificationMetrics:
@@ -65,11 +96,26 @@ class Workload:
     class_names: list[str] = field(default_factory=list)
     loss_fn: LossFn = nn.functional.cross_entropy
     description: str = ""
+    metrics_factory: Callable[[torch.device], Metrics] | None = None
+    """A fresh evaluation accumulator per pass; None: :class:`ClassificationMetrics`."""
+    collate_fn: Callable[[list[Any]], Any] | None = None
+    """DataLoader collate function (e.g. padding token ids to the longest in the batch)."""
+    tokens_per_sample: int | None = None
+    """Tokens in one training sample (sequence workloads): gives tokens/s."""
+    flops_per_sample: float | None = None
+    """Analytic training FLOPs (forward + backward) of one sample: gives MFU."""
+    info: dict[str, Any] = field(default_factory=dict)
+    """Workload facts for the summary (e.g. trainable vs total parameters)."""
+    artifacts: dict[str, Any] = field(default_factory=dict)
+    """JSON-able objects saved beside the weights as ``RUN_DIR/<name>.json`` (e.g. a
+    vocabulary), so a run directory alone can rebuild and use the model."""
 
     def __post_init__(self) -> None:
         if not self.class_names:
             self.class_names = [str(i) for i in range(self.num_classes)]
 
-    def new_metrics(self, device: torch.device) -> ClassificationMetrics:
+    def new_metrics(self, device: torch.device) -> Metrics:
         """A fresh accumulator for one evaluation pass."""
+        if self.metrics_factory is not None:
+            return self.metrics_factory(device)
         return ClassificationMetrics(self.num_classes, device)
