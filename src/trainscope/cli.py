@@ -126,6 +126,34 @@ RUN_FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
             "help": "also log to wandb and/or tensorboard (comma-separated; default none)",
         },
     ),
+    "--save-weights": (
+        "train.save_weights",
+        {"action": argparse.BooleanOptionalAction, "help": "write model.safetensors (default on)"},
+    ),
+    "--strategy": (
+        "dist.strategy",
+        {
+            "metavar": "NAME",
+            "help": "single | dp | ddp | fsdp | gather-scatter | allreduce (default single)",
+        },
+    ),
+    "--nproc": (
+        "dist.nproc",
+        {"type": int, "metavar": "N", "help": "processes per node, launched by torchrun"},
+    ),
+    "--nnodes": ("dist.nnodes", {"type": int, "metavar": "N", "help": "machines (default 1)"}),
+    "--node-rank": ("dist.node_rank", {"type": int, "metavar": "R", "help": "this machine"}),
+    "--master-addr": ("dist.master_addr", {"metavar": "HOST", "help": "node 0's address"}),
+    "--master-port": ("dist.master_port", {"type": int, "metavar": "PORT"}),
+    "--rdzv-endpoint": (
+        "dist.rdzv_endpoint",
+        {"metavar": "HOST:PORT", "help": "c10d rendezvous instead of master addr/port"},
+    ),
+    "--backend": ("dist.backend", {"metavar": "NAME", "help": "auto | nccl | gloo"}),
+    "--scale-lr": (
+        "dist.scale_lr",
+        {"action": argparse.BooleanOptionalAction, "help": "lr x world size (linear scaling)"},
+    ),
     "--out": ("out", {"metavar": "DIR", "help": "run directory (default runs/<workload>-<time>)"}),
     "--overwrite": (
         "overwrite",
@@ -277,6 +305,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     cfg = resolve(args.config, overrides_from_args(args))  # validated before any import of torch
     if args.no_progress:
         cfg.runtime.progress = False
+    from trainscope.launch import launch, needs_launch
+
+    if needs_launch(cfg):
+        extra = ["--quiet"] * args.quiet + ["--no-progress"] * args.no_progress
+        return launch(cfg, extra)
     from trainscope.train.console import RunConsole
     from trainscope.train.run import run
 

@@ -25,6 +25,10 @@ PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 OPTIMIZERS = ("sgd", "adam", "adamw")
 TIMING_MODES = ("auto", "exact")
 LOADERS = ("torch", "fast")
+STRATEGIES = ("single", "dp", "ddp", "fsdp", "gather-scatter", "allreduce")
+# Strategies that run one process per device and need a process group.
+MULTIPROCESS_STRATEGIES = ("ddp", "fsdp", "gather-scatter", "allreduce")
+BACKENDS = ("auto", "nccl", "gloo")
 DEVICES_RE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 # A user's own workload: "package.module:factory".
 FACTORY_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -145,6 +149,8 @@ class TrainConfig:
     data_only: bool = False
     """Only iterate the training batches (and copy them to the device): no model, no
     evaluation. Measures the input pipeline alone."""
+    save_weights: bool = True
+    """Save the trained weights as RUN_DIR/model.safetensors."""
 
     def __post_init__(self) -> None:
         _positive("epochs", self.epochs)
@@ -201,13 +207,76 @@ class RuntimeConfig:
 
 
 @dataclass
+class DistConfig:
+    """Parallel strategy and how the processes are launched (through torchrun)."""
+
+    strategy: str = "single"
+    """single | dp (DataParallel, one process) | ddp | fsdp (FSDP2) | gather-scatter |
+    allreduce (the last two: gradient sync written by hand)."""
+    nproc: int = 1
+    """Processes per node; more than 1 launches them through torchrun."""
+    nnodes: int = 1
+    """Machines taking part; each runs ``trainscope run`` with its own ``node_rank``."""
+    node_rank: int = 0
+    """This machine's index, 0..nnodes-1 (0 hosts the rendezvous with master_addr)."""
+    master_addr: str = "127.0.0.1"
+    """Address of node 0 (several nodes)."""
+    master_port: int | None = None
+    """Port on node 0 (several nodes: required unless rdzv_endpoint; one node: a free one)."""
+    rdzv_endpoint: str | None = None
+    """host:port of a c10d rendezvous, instead of master_addr/master_port."""
+    backend: str = "auto"
+    """Process-group backend: auto (nccl on CUDA, gloo on CPU) | nccl | gloo."""
+    scale_lr: bool = False
+    """Multiply the learning rate by the world size (the linear scaling rule)."""
+    timeout_s: float = 300.0
+    """Seconds a collective may wait before the run fails (a hang becomes an error)."""
+
+    def __post_init__(self) -> None:
+        if self.strategy not in STRATEGIES:
+            raise ConfigError(
+                f"unknown strategy {self.strategy!r}: choose one of {', '.join(STRATEGIES)}"
+            )
+        if self.backend not in BACKENDS:
+            raise ConfigError(
+                f"unknown backend {self.backend!r}: choose one of {', '.join(BACKENDS)}"
+            )
+        _positive("nproc", self.nproc)
+        _positive("nnodes", self.nnodes)
+        if not 0 <= self.node_rank < self.nnodes:
+            raise ConfigError(f"node_rank must be in 0..{self.nnodes - 1}, got {self.node_rank}")
+        if self.master_port is not None and not 0 < self.master_port < 65536:
+            raise ConfigError(f"master_port must be in 1..65535, got {self.master_port}")
+        if self.world_size > 1 and self.strategy not in MULTIPROCESS_STRATEGIES:
+            raise ConfigError(
+                f"strategy {self.strategy} runs in one process; several processes "
+                f"(nproc x nnodes = {self.world_size}) need one of "
+                f"{', '.join(MULTIPROCESS_STRATEGIES)}"
+            )
+        if self.nnodes > 1 and self.master_port is None and self.rdzv_endpoint is None:
+            raise ConfigError(
+                "several nodes need a meeting point: give master_port (with master_addr) "
+                "or rdzv_endpoint"
+            )
+        if not self.timeout_s > 0:
+            raise ConfigError(f"timeout_s must be > 0, got {self.timeout_s}")
+
+    @property
+    def world_size(self) -> int:
+        """Processes in all: nproc x nnodes."""
+        return self.nproc * self.nnodes
+
+
+@dataclass
 class RunConfig:
-    """One run: workload, data pipeline, training, runtime, and where the record goes."""
+    """One run: workload, data pipeline, training, runtime, parallelism, and where the
+    record goes."""
 
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    dist: DistConfig = field(default_factory=DistConfig)
     out: str | None = None
     """Run directory; None makes runs/<workload>-<timestamp>."""
     overwrite: bool = False
@@ -225,6 +294,7 @@ SECTIONS: dict[str, type] = {
     "data": DataConfig,
     "train": TrainConfig,
     "runtime": RuntimeConfig,
+    "dist": DistConfig,
 }
 
 

@@ -58,6 +58,8 @@ class FastLoader:
         shuffle: bool,
         seed: int = 0,
         drop_last: bool = False,
+        rank: int = 0,
+        world_size: int = 1,
     ) -> None:
         # One copy to the device at setup; afterwards every batch is already there.
         self.inputs = split.inputs.to(device)
@@ -69,10 +71,18 @@ class FastLoader:
         self.drop_last = drop_last
         # The permutation and the augmentation draw from generators on the device itself.
         self._order_gen = torch.Generator(device=device).manual_seed(seed)
-        self._aug_gen = torch.Generator(device=device).manual_seed(seed + 1)
+        self._aug_gen = torch.Generator(device=device).manual_seed(seed + 1 + rank)
+        # Several ranks: each draws the same permutation (same seed) and takes every
+        # world_size-th entry, padded like DistributedSampler so all ranks step alike.
+        self.rank, self.world_size = rank, world_size
+
+    def _count(self) -> int:
+        """Samples this rank iterates per epoch."""
+        n = len(self.targets)
+        return -(-n // self.world_size) if self.shuffle else n
 
     def __len__(self) -> int:
-        n = len(self.targets)
+        n = self._count()
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
@@ -82,6 +92,10 @@ class FastLoader:
             if self.shuffle
             else None
         )
+        if order is not None and self.world_size > 1:
+            total = self._count() * self.world_size
+            order = torch.cat([order, order[: total - n]])[self.rank :: self.world_size]
+            n = len(order)
         for b in range(len(self)):
             lo, hi = b * self.batch_size, min((b + 1) * self.batch_size, n)
             if order is None:  # evaluation: contiguous slices, no copy at all

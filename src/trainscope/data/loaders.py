@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable, Sized
 from typing import Any, Protocol
 
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from trainscope.config import DataConfig
 from trainscope.data.fast import FastLoader, in_memory
@@ -30,26 +30,37 @@ def make_loader(
     device: torch.device,
     num_workers: int | None = None,
     collate_fn: Callable[[list[Any]], Any] | None = None,
+    batch_size: int | None = None,
+    rank: int = 0,
+    world_size: int = 1,
 ) -> BatchLoader:
     """A DataLoader with every speed knob of ``cfg``, or a :class:`FastLoader` for ``fast``.
 
-    Training loaders shuffle with a generator seeded by ``shuffle_seed`` (the order is
-    reproducible and independent of the model seed); evaluation loaders keep order.
+    Training loaders shuffle reproducibly from ``shuffle_seed`` (independent of the model
+    seed), through a ``DistributedSampler`` even in one process: rank ``r`` of ``w`` gets
+    every w-th sample of one permutation, so the ranks' batches of a step together are
+    exactly the batch one process would take from the same permutation (what makes the
+    strategies comparable and their parity testable). The loop calls ``set_epoch`` for a
+    new order each epoch. ``batch_size`` (default ``cfg.batch_size``) is this rank's share.
+    Evaluation loaders keep order and see the whole split on every rank.
     ``pin_memory`` only makes sense when batches go to a CUDA device. ``num_workers``
     overrides the config's value (which may still read "auto" before it is resolved).
     A data set with its own fast path (a ``fast_loader(batch_size, device, *, shuffle,
     seed, drop_last, rank, world_size)`` method, e.g. a text corpus sampled as windows)
     provides it; ``rank``/``world_size`` ask for this process's share of every batch.
     """
+    bs = cfg.batch_size if batch_size is None else batch_size
+    shard = {"rank": rank, "world_size": world_size} if train else {}
     if cfg.loader == "fast":
         own = getattr(dataset, "fast_loader", None)
         if callable(own):
             return own(
-                cfg.batch_size,
+                bs,
                 device,
                 shuffle=train,
                 seed=cfg.shuffle_seed,
                 drop_last=cfg.drop_last and train,
+                **shard,
             )
         split = in_memory(dataset)
         if split is None:
@@ -59,17 +70,18 @@ def make_loader(
             )
         return FastLoader(
             split,
-            cfg.batch_size,
+            bs,
             device,
             shuffle=train,
             seed=cfg.shuffle_seed,
             drop_last=cfg.drop_last and train,
+            **shard,
         )
     workers = cfg.num_workers if num_workers is None else num_workers
     if not isinstance(workers, int):
         raise ValueError("num_workers='auto' must be resolved before building a loader")
     kwargs: dict[str, Any] = {
-        "batch_size": cfg.batch_size,
+        "batch_size": bs,
         "num_workers": workers,
         "pin_memory": cfg.pin_memory and device.type == "cuda",
         "persistent_workers": cfg.persistent_workers and workers > 0,
@@ -78,6 +90,13 @@ def make_loader(
     if cfg.prefetch_factor is not None and workers > 0:
         kwargs["prefetch_factor"] = cfg.prefetch_factor
     if train:
-        gen = torch.Generator().manual_seed(cfg.shuffle_seed)
-        return DataLoader(dataset, shuffle=True, generator=gen, drop_last=cfg.drop_last, **kwargs)
+        sampler = DistributedSampler(
+            dataset,
+            num_replicas=world_size,
+            rank=rank,
+            shuffle=True,
+            seed=cfg.shuffle_seed,
+            drop_last=cfg.drop_last,
+        )
+        return DataLoader(dataset, sampler=sampler, drop_last=cfg.drop_last, **kwargs)
     return DataLoader(dataset, shuffle=False, **kwargs)

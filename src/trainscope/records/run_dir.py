@@ -17,8 +17,15 @@ SCHEMA_VERSION = 1
 
 # Every file a run may write; prepare_run_dir() refuses to reuse a directory holding any
 # other file unless asked to overwrite.
-RUN_FILES = ("config.yaml", "env.json", "metrics.jsonl", "system.jsonl", "summary.json")
-RUN_FOLDERS = ("report", "tensorboard", "wandb")
+RUN_FILES = (
+    "config.yaml",
+    "env.json",
+    "metrics.jsonl",
+    "system.jsonl",
+    "summary.json",
+    "model.safetensors",
+)
+RUN_FOLDERS = ("report", "tensorboard", "wandb", "ranks")
 
 # Stages of a run in the order they are shown. Their seconds add up to wall_time_s:
 # "other" is computed as wall - sum(the rest) and is reported, never hidden.
@@ -28,6 +35,7 @@ STAGES = (
     "h2d",
     "forward",
     "backward",
+    "comm",
     "optimizer",
     "evaluation",
     "other",
@@ -38,6 +46,7 @@ STAGE_LABELS = {
     "h2d": "host-to-device copy",
     "forward": "forward",
     "backward": "loss + backward",
+    "comm": "gradient sync (comm)",
     "optimizer": "optimizer step",
     "evaluation": "evaluation (val + test)",
     "other": "other",

@@ -18,9 +18,10 @@ from torch import nn
 from trainscope.data.loaders import BatchLoader
 from trainscope.precision import Precision
 from trainscope.profiling.timer import StageTimer, device_sync
+from trainscope.strategies.base import Strategy
 from trainscope.workloads.base import LossFn, Workload, move_to
 
-TRAIN_STAGES = ("data_wait", "h2d", "forward", "backward", "optimizer")
+TRAIN_STAGES = ("data_wait", "h2d", "forward", "backward", "comm", "optimizer")
 
 
 @dataclass
@@ -32,6 +33,8 @@ class TrainState:
     precision: Precision
     loss_fn: LossFn
     device: torch.device
+    strategy: Strategy | None = None
+    """How gradients meet across devices; None: one device, nothing to sync."""
     step: int = 0
     """Optimizer steps taken so far (global, across epochs)."""
     epoch: int = 0
@@ -52,7 +55,7 @@ class TrainState:
 def train_step(
     state: TrainState, batches: Iterator[tuple[torch.Tensor, torch.Tensor]], timer: StageTimer
 ) -> tuple[torch.Tensor, int]:
-    """One optimizer step in five timed stages.
+    """One optimizer step in five timed stages (six with hand-written gradient sync).
 
     Returns the detached loss (still on the device: reading it would force a sync) and the
     batch size (the last batch of an epoch may be short).
@@ -69,6 +72,9 @@ def train_step(
         loss = state.loss_fn(outputs, targets)  # 4. loss + backward
     state.precision.backward(loss)
     timer.mark("backward")
+    if state.strategy is not None and state.strategy.comm_stage:
+        state.strategy.sync_gradients(state.model)  # 4b. average gradients across ranks
+        timer.mark("comm")
     state.precision.step(state.optimizer)  # 5. optimizer step
     state.optimizer.zero_grad(set_to_none=True)
     timer.mark("optimizer")
@@ -122,14 +128,20 @@ def train_epoch(
     log_every: int = 10,
     on_steps: StepLog | None = None,
     step_fn: StepFn = train_step,
+    reduce_losses: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> EpochResult:
     """Train one epoch; every ``log_every`` steps hand the resolved step records to ``on_steps``.
 
     A step record is ``{"step", "epoch", "loss", "batch_size", "stages": {stage: s}}``
-    (``loss`` is None when ``step_fn`` is :func:`data_step`).
+    (``loss`` is None when ``step_fn`` is :func:`data_step`). With ``reduce_losses`` (the
+    mean over ranks, one collective per log interval, not per step) ``loss`` is the global
+    loss and ``rank_loss`` this rank's.
     """
     epoch = state.epoch + 1
     state.model.train()
+    sampler = getattr(loader, "sampler", None)
+    if hasattr(sampler, "set_epoch"):
+        sampler.set_epoch(epoch)  # a fresh shuffle each epoch, the same on every rank
     n_steps = len(loader) if max_steps is None else min(len(loader), max_steps)
     stage_s = dict.fromkeys(TRAIN_STAGES, 0.0)
     pending: list[tuple[int, int, torch.Tensor | None]] = []  # (step, batch size, device loss)
@@ -143,18 +155,21 @@ def train_epoch(
         done, pending[:] = pending[: len(times)], pending[len(times) :]
         # One read of many losses: a single device sync per log interval, not per step.
         losses = [loss for _, _, loss in done if loss is not None]
-        read = iter(torch.stack(losses).float().cpu().tolist() if losses else [])
+        stacked = torch.stack(losses).float() if losses else None
+        read = iter(stacked.cpu().tolist() if losses else [])
         values = [None if loss is None else next(read) for _, _, loss in done]
+        glob = iter(reduce_losses(stacked).cpu().tolist() if reduce_losses and losses else [])
         records = []
         for (step, bs, _), value, st in zip(done, values, times):
-            if value is not None:
-                loss_sum += value * bs
-                loss_samples += bs
             for k, v in st.items():
                 stage_s[k] += v
-            records.append(
-                {"step": step, "epoch": epoch, "loss": value, "batch_size": bs, "stages": st}
-            )
+            rec = {"step": step, "epoch": epoch, "loss": value, "batch_size": bs, "stages": st}
+            if reduce_losses is not None and value is not None:
+                rec["rank_loss"], rec["loss"] = value, next(glob)
+            if rec["loss"] is not None:
+                loss_sum += rec["loss"] * bs
+                loss_samples += bs
+            records.append(rec)
         if on_steps is not None:
             on_steps(records)
 

@@ -5,24 +5,37 @@ from __future__ import annotations
 import os
 import re
 import time
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from trainscope.config import RunConfig, TrainConfig
+from trainscope.config import MULTIPROCESS_STRATEGIES, RunConfig, TrainConfig
 from trainscope.data.loaders import make_loader
 from trainscope.precision import make_precision
 from trainscope.profiling.system import SystemSampler, peak_rss_bytes
 from trainscope.profiling.timer import device_sync, make_stage_timer
-from trainscope.records import STAGES, RunWriter, prepare_run_dir
+from trainscope.records import STAGES, RunWriter, atomic_write_json, prepare_run_dir
 from trainscope.runtime import describe_environment, resolve_device, seed_everything
 from trainscope.runtime.device import device_name
+from trainscope.runtime.dist import (
+    DistInfo,
+    destroy_distributed,
+    gather_objects,
+    init_distributed,
+    rank_device,
+    under_torchrun,
+)
+from trainscope.strategies import make_strategy
+from trainscope.strategies.base import Strategy
 from trainscope.tracking import Sinks, make_sinks
+from trainscope.train import ranks
 from trainscope.train.console import RunConsole
 from trainscope.train.loop import TrainState, data_step, evaluate, train_epoch, train_step
 from trainscope.workloads import build_workload
+from trainscope.workloads.base import Workload
 
 FIRST_LOSSES = 5
 
@@ -56,17 +69,53 @@ def run(cfg: RunConfig, console: RunConsole | None = None) -> dict[str, Any]:
     Every check that needs no data (device, precision, output directory) happens before
     the run directory is created, so a refused run leaves nothing behind. A run that fails
     after that point is recorded with ``status: failed`` and its error, then re-raised.
+
+    Under torchrun (or with a multi-process strategy alone) this process joins the process
+    group first; rank 0 writes the run record and every rank its ``ranks/rank<R>`` folder.
     """
-    console = console or RunConsole(enabled=False)
     t_start = time.perf_counter()
     device = resolve_device(cfg.runtime.device)
+    info = DistInfo()
+    if under_torchrun() or cfg.dist.strategy in MULTIPROCESS_STRATEGIES:
+        if cfg.dist.strategy not in MULTIPROCESS_STRATEGIES:
+            from trainscope.errors import ConfigError
+
+            raise ConfigError(
+                f"strategy {cfg.dist.strategy} runs in one process; under torchrun use one "
+                f"of {', '.join(MULTIPROCESS_STRATEGIES)}"
+            )
+        info = init_distributed(cfg.dist.backend, device.type, cfg.dist.timeout_s)
+    try:
+        device = rank_device(device, info)
+        return _run(cfg, console, device, info, t_start)
+    finally:
+        destroy_distributed(info)
+
+
+def _run(
+    cfg: RunConfig,
+    console: RunConsole | None,
+    device: torch.device,
+    info: DistInfo,
+    t_start: float,
+) -> dict[str, Any]:
+    """:func:`run` once the process group (if any) exists."""
+    console = console if console is not None and info.is_main else RunConsole(enabled=False)
     precision = make_precision(cfg.runtime.precision, device)
-    sinks = make_sinks(cfg.runtime.track)  # a missing package refuses the run up front
-    run_dir = prepare_run_dir(cfg.out or default_out(cfg), cfg.overwrite)
-    writer = RunWriter(run_dir)
-    # Saved without out/overwrite: rerunning config.yaml makes a fresh run directory.
-    writer.write_config({**cfg.to_dict(), "out": None, "overwrite": False})
-    writer.write_env(describe_environment(device))
+    strategy = make_strategy(cfg.dist.strategy, info, device)
+    strategy.local_batch_size(cfg.data.batch_size)  # an uneven split fails before any file
+    # Tracking sinks mirror rank 0 only; a missing package refuses the run up front.
+    sinks = make_sinks(cfg.runtime.track if info.is_main else [])
+    run_dir = ranks.agree_run_dir(
+        info, lambda: prepare_run_dir(cfg.out or default_out(cfg), cfg.overwrite)
+    )
+    # Rank 0 writes the run directory itself; every other rank its ranks/rank<R> folder.
+    own_dir = run_dir if info.is_main else ranks.rank_dir(run_dir, info)
+    writer = RunWriter(own_dir)
+    if info.is_main:
+        # Saved without out/overwrite: rerunning config.yaml makes a fresh run directory.
+        writer.write_config({**cfg.to_dict(), "out": None, "overwrite": False})
+        writer.write_env(describe_environment(device))
     summary: dict[str, Any] = {
         "status": "running",
         "error": None,
@@ -79,19 +128,22 @@ def run(cfg: RunConfig, console: RunConsole | None = None) -> dict[str, Any]:
         "num_workers": cfg.data.num_workers,
         "data_only": cfg.train.data_only,
         "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "strategy": strategy.name,
+        "world_size": info.world_size,
+        "rank": info.rank,
     }
     writer.write_summary(summary)  # a killed run leaves "running", never "completed"
     console.start(run_dir, summary)
     sinks.start(run_dir, cfg.to_dict(), summary)
     sampler = SystemSampler(
-        run_dir / "system.jsonl",
+        own_dir / "system.jsonl",
         cfg.runtime.system_interval_s,
         gpus=device.type == "cuda",
         on_sample=sinks.log_system,
     )
     try:
         with sampler:
-            _train(cfg, device, precision, writer, summary, console, t_start, sinks)
+            _train(cfg, device, precision, strategy, writer, summary, console, t_start, sinks)
         summary["system"] = sampler.summary()
         summary["status"] = "completed"
     except BaseException as e:
@@ -119,10 +171,23 @@ def run(cfg: RunConfig, console: RunConsole | None = None) -> dict[str, Any]:
     return summary
 
 
+def compose(model: torch.nn.Module, strategy: Strategy, device: torch.device) -> torch.nn.Module:
+    """The model as trained: moved to the device, then wrapped by the strategy.
+
+    The order is fixed because each step needs the one before: precision conversion of
+    parameters (none yet: every precision here is autocast over fp32 weights), activation
+    checkpointing and compilation (not offered yet) act on the plain module, and strategy
+    wrapping (DDP, FSDP sharding) comes last, around the finished module. The optimizer is
+    built afterwards, from the wrapped model's parameters (FSDP replaces them by shards).
+    """
+    return strategy.wrap(model.to(device))
+
+
 def _train(
     cfg: RunConfig,
     device: torch.device,
     precision: Any,
+    strategy: Strategy,
     writer: RunWriter,
     summary: dict[str, Any],
     console: RunConsole,
@@ -131,17 +196,21 @@ def _train(
 ) -> None:
     """The body of a run; fills ``summary`` as results come in."""
     stages = dict.fromkeys(STAGES, 0.0)
+    info = strategy.info
 
     # --- setup: data and model -------------------------------------------------------
     seed_everything(cfg.train.seed)
     workload = build_workload(cfg.workload, cache_dir())
-    model = workload.model.to(device)
+    n_params = sum(p.numel() for p in workload.model.parameters())
+    model = compose(workload.model, strategy, device)
+    lr = cfg.train.lr * (info.world_size if cfg.dist.scale_lr else 1)
     state = TrainState(
         model=model,
-        optimizer=build_optimizer(cfg.train, model.parameters()),
+        optimizer=build_optimizer(replace(cfg.train, lr=lr), model.parameters()),
         precision=precision,
         loss_fn=workload.loss_fn,
         device=device,
+        strategy=strategy,
     )
     workers = cfg.data.num_workers
     if cfg.data.loader == "torch" and workers == "auto":
@@ -161,22 +230,30 @@ def _train(
     elif workers == "auto":
         workers = 0  # the fast path has no workers to choose
     summary["num_workers"] = workers
+    loader_args = {"device": device, "num_workers": workers, "collate_fn": workload.collate_fn}
+    local_batch = strategy.local_batch_size(cfg.data.batch_size)
+    shard = {"rank": info.rank, "world_size": info.world_size}
     train_loader = make_loader(
-        workload.train_set, cfg.data, train=True, device=device, num_workers=workers
+        workload.train_set, cfg.data, train=True, batch_size=local_batch, **shard, **loader_args
     )
-    # Data-only runs measure the input pipeline alone: no validation, no test.
+    # Data-only runs measure the input pipeline alone: no validation, no test. Every rank
+    # evaluates the whole split (the same figures everywhere; FSDP needs all ranks anyway).
     val_loader = (
-        make_loader(workload.val_set, cfg.data, train=False, device=device, num_workers=workers)
+        make_loader(workload.val_set, cfg.data, train=False, **loader_args)
         if workload.val_set is not None and not cfg.train.data_only
         else None
     )
     timer = make_stage_timer(device, cfg.runtime.timing)
     summary.update(
-        model=type(model).__name__,
-        num_parameters=sum(p.numel() for p in model.parameters()),
+        model=type(workload.model).__name__,
+        num_parameters=n_params,
         workload_description=workload.description,
+        workload_info=workload.info,
         timing_mode=timer.kind,
         train_samples=len(workload.train_set),
+        local_batch_size=local_batch,
+        lr=lr,
+        parallel=strategy.describe(),
     )
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -190,6 +267,7 @@ def _train(
     epochs: list[dict[str, Any]] = []
     samples = steps = 0
     train_time = 0.0
+    reduce_losses = ranks.make_loss_reducer(info)
 
     def on_steps(records: list[dict[str, Any]]) -> None:
         for r in records:
@@ -213,6 +291,7 @@ def _train(
             log_every=cfg.train.log_every,
             on_steps=on_steps,
             step_fn=data_step if cfg.train.data_only else train_step,
+            reduce_losses=reduce_losses,
         )
         for k, v in res.stage_s.items():
             stages[k] += v
@@ -225,7 +304,9 @@ def _train(
             "val_loss": None,
             "val_accuracy": None,
             "duration_s": res.duration_s,
-            "samples_per_s": res.samples / res.duration_s if res.duration_s > 0 else None,
+            "samples_per_s": res.samples * _throughput_scale(strategy) / res.duration_s
+            if res.duration_s > 0
+            else None,
             "loader_start_s": res.loader_start_s,
         }
         last = e + 1 == cfg.train.epochs
@@ -234,7 +315,8 @@ def _train(
             val = evaluate(state, workload, val_loader)
             device_sync(device)
             stages["evaluation"] += time.perf_counter() - t0
-            row.update(val_loss=val["loss"], val_accuracy=val["accuracy"])
+            row.update(val_loss=val["loss"], val_accuracy=val.get("accuracy"))
+            row.update({k: v for k, v in val.items() if k in ("perplexity",)})
         epochs.append(row)
         writer.log("epoch", **row)
         writer.flush()
@@ -245,15 +327,15 @@ def _train(
     test = None
     if workload.test_set is not None and not cfg.train.data_only:
         t0 = time.perf_counter()
-        test_loader = make_loader(
-            workload.test_set, cfg.data, train=False, device=device, num_workers=workers
-        )
+        test_loader = make_loader(workload.test_set, cfg.data, train=False, **loader_args)
         test = evaluate(state, workload, test_loader)
         device_sync(device)
         stages["evaluation"] += time.perf_counter() - t0
         writer.log("test", **test)
 
     device_sync(device)
+    if not strategy.comm_stage:
+        stages.pop("comm")  # no separate communication stage: it is inside backward
     wall = time.perf_counter() - t_start
     stages["other"] = wall - sum(v for k, v in stages.items() if k != "other")
     summary.update(
@@ -262,16 +344,21 @@ def _train(
         stages_s=stages,
         steps=steps,
         samples=samples,
-        samples_per_s=samples / train_time if train_time > 0 else None,
+        samples_per_s=samples * _throughput_scale(strategy) / train_time
+        if train_time > 0
+        else None,
         epochs=epochs,
         first_losses=first_losses,
         skipped_steps=precision.skipped_steps,
         test_loss=test["loss"] if test else None,
-        test_accuracy=test["accuracy"] if test else None,
+        test_accuracy=test.get("accuracy") if test else None,
         per_class_accuracy=(
-            dict(zip(workload.class_names, test["per_class_accuracy"])) if test else None
+            dict(zip(workload.class_names, test["per_class_accuracy"]))
+            if test and test.get("per_class_accuracy")
+            else None
         ),
         peak_rss_bytes=peak_rss_bytes(),
+        comm=strategy.comm_stats() or None,
     )
     if device.type == "cuda":
         summary["peak_memory_bytes"] = torch.cuda.max_memory_allocated(device)
@@ -279,3 +366,63 @@ def _train(
     else:
         summary["peak_memory_bytes"] = summary["peak_rss_bytes"]
         summary["peak_memory_kind"] = "process_peak_rss"
+    _throughput_figures(summary, workload, device, cfg.runtime.precision, info.world_size)
+    _gather_ranks(summary, info)
+    if cfg.train.save_weights and not cfg.train.data_only:
+        _save(writer.run_dir, state, strategy, workload, summary)
+
+
+def _throughput_scale(strategy: Strategy) -> int:
+    """Ranks step in lockstep, each on its share: global throughput is world x this rank's."""
+    return strategy.info.world_size if strategy.splits_batch_across_ranks else 1
+
+
+def _throughput_figures(
+    summary: dict[str, Any], workload: Workload, device: torch.device, precision: str, world: int
+) -> None:
+    """tokens/s and model FLOPs utilisation, where the workload states its sizes."""
+    rate = summary.get("samples_per_s")
+    if rate and workload.tokens_per_sample:
+        summary["tokens_per_s"] = rate * workload.tokens_per_sample
+    if workload.flops_per_sample:
+        summary["flops_per_sample"] = workload.flops_per_sample
+        try:
+            from trainscope.profiling.peak import mfu, peak_flops
+        except ImportError:  # pragma: no cover - shipped with the package
+            return
+        peak = peak_flops(device, precision)
+        summary["peak_flops_per_device"] = peak
+        # Every rank's device contributes its peak: MFU is achieved / (peak x devices).
+        summary["mfu"] = (
+            mfu(workload.flops_per_sample, rate, peak * world) if rate and peak else None
+        )
+
+
+def _gather_ranks(summary: dict[str, Any], info: DistInfo) -> None:
+    """Rank 0's summary gets every rank's figures and the spread of each stage."""
+    if info.world_size == 1:
+        return
+    import socket
+
+    every = gather_objects(ranks.rank_summary(info, summary, socket.gethostname()), info)
+    summary["ranks"] = every
+    summary["stage_spread"] = ranks.stage_spread(every)
+    peaks = [r["peak_memory_bytes"] for r in every if r.get("peak_memory_bytes") is not None]
+    summary["peak_memory_bytes_max_rank"] = max(peaks) if peaks else None
+
+
+def _save(
+    run_dir: Any, state: TrainState, strategy: Strategy, workload: Workload, summary: dict
+) -> None:
+    """model.safetensors (+ the workload's artifacts as JSON), written by rank 0.
+
+    Every rank calls this: gathering FSDP's shards into full tensors is a collective.
+    """
+    full = strategy.full_state_dict(state.model)
+    if not strategy.info.is_main:
+        return
+    skip = ranks.tied_duplicates(strategy.unwrap(state.model))
+    path = run_dir / "model.safetensors"
+    summary["weights"] = {"file": path.name, "bytes": ranks.save_weights(path, full, skip)}
+    for name, obj in workload.artifacts.items():
+        atomic_write_json(run_dir / f"{name}.json", obj)

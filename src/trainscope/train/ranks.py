@@ -1,0 +1,117 @@
+"""What a multi-process run adds to the record: one folder per rank, the run directory
+agreed by all ranks, the per-rank figures gathered on rank 0, and the saved weights.
+
+Rank 0 writes the run directory exactly as a one-process run does (its ``metrics.jsonl``
+step lines carry the loss averaged over ranks, and its own as ``rank_loss``). Every other
+rank writes ``ranks/rank<R>/`` the same way: its step lines (``metrics.jsonl``), system
+samples and ``summary.json``. Rank 0's summary gathers every rank's figures: world size,
+and per stage the min, mean and max across ranks, so a straggler shows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from trainscope.errors import TrainscopeError
+from trainscope.records import prepare_run_dir
+from trainscope.runtime.dist import DistInfo, broadcast_object
+
+
+def agree_run_dir(info: DistInfo, make: Callable[[], Path]) -> Path:
+    """Rank 0 prepares the run directory (``make``); every rank learns its path or its
+    error, so a refused ``--out`` stops all ranks instead of leaving them waiting."""
+    result: tuple[str, str | None] = ("", None)
+    if info.is_main:
+        try:
+            result = (str(make()), None)
+        except TrainscopeError as e:
+            result = ("", str(e))
+    path, error = broadcast_object(result, info)
+    if error is not None:
+        raise TrainscopeError(error)
+    return Path(path)
+
+
+def rank_dir(run_dir: Path, info: DistInfo) -> Path:
+    """``RUN_DIR/ranks/rank<R>`` (created; rank 0 empties ``ranks/`` when it overwrites)."""
+    d = run_dir / "ranks" / f"rank{info.rank}"
+    prepare_run_dir(d, overwrite=True)
+    return d
+
+
+def make_loss_reducer(info: DistInfo) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """Mean of a tensor of losses over ranks (one all_reduce per log interval)."""
+    if info.world_size == 1:
+        return None
+    import torch.distributed as dist
+
+    def mean_over_ranks(losses: torch.Tensor) -> torch.Tensor:
+        out = losses.clone()
+        dist.all_reduce(out, op=dist.ReduceOp.SUM)
+        return out / info.world_size
+
+    return mean_over_ranks
+
+
+def rank_summary(info: DistInfo, summary: dict[str, Any], hostname: str) -> dict[str, Any]:
+    """The figures of one rank that rank 0 gathers."""
+    keys = (
+        "stages_s",
+        "samples",
+        "steps",
+        "train_time_s",
+        "wall_time_s",
+        "peak_memory_bytes",
+        "peak_memory_kind",
+        "peak_rss_bytes",
+        "device",
+        "comm",
+    )
+    return {"rank": info.rank, "local_rank": info.local_rank, "host": hostname} | {
+        k: summary.get(k) for k in keys
+    }
+
+
+def stage_spread(ranks: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per stage: min, mean and max seconds across ranks, and the slowest rank."""
+    out: dict[str, dict[str, float]] = {}
+    names = {k for r in ranks for k in (r.get("stages_s") or {})}
+    for name in sorted(names):
+        values = [(r["stages_s"].get(name, 0.0), r["rank"]) for r in ranks if r.get("stages_s")]
+        secs = [v for v, _ in values]
+        out[name] = {
+            "min": min(secs),
+            "mean": sum(secs) / len(secs),
+            "max": max(secs),
+            "max_rank": max(values)[1],
+        }
+    return out
+
+
+def tied_duplicates(model: nn.Module) -> set[str]:
+    """Names of parameters that are the same tensor as an earlier name (tied weights)."""
+    seen: set[int] = set()
+    dups: set[str] = set()
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if id(p) in seen:
+            dups.add(name)
+        seen.add(id(p))
+    return dups
+
+
+def save_weights(path: Path, state: dict[str, torch.Tensor], skip: set[str]) -> int:
+    """Write ``state`` (minus tied duplicates) as safetensors; returns bytes written.
+
+    Tied weights are stored once under their first name: ``safetensors.torch.load_model``
+    knows the model's ties and restores the others.
+    """
+    from safetensors.torch import save_file
+
+    tensors = {k: v.detach().cpu().contiguous() for k, v in state.items() if k not in skip}
+    save_file(tensors, str(path), metadata={"format": "pt", "writer": "trainscope"})
+    return path.stat().st_size
