@@ -217,6 +217,8 @@ STUDY_HELP = {
     "and data wait vs compute per iteration",
     "profile": "stage breakdown of a training run, with the biggest stage and what to do",
     "precision": "fp32 vs tf32 vs fp16+GradScaler vs bf16: loss, accuracy, time, memory",
+    "strategies": "single, dp, ddp, fsdp, gather-scatter, allreduce (--nproc N processes): "
+    "accuracy, time and communication per iteration, peak memory per rank",
 }
 
 
@@ -275,6 +277,13 @@ def _add_study_parser(sub: Any) -> None:
             p.add_argument(
                 "--iter-steps", type=int, default=50, metavar="N", help="steps per epoch (50)"
             )
+        if name == "strategies":
+            p.add_argument(
+                "--strategies",
+                default=",".join(STRATEGY_CONFIGS),
+                metavar="LIST",
+                help="configurations to compare (default all: " + ",".join(STRATEGY_CONFIGS) + ")",
+            )
         if name == "precision":
             p.add_argument(
                 "--precisions",
@@ -282,6 +291,10 @@ def _add_study_parser(sub: Any) -> None:
                 metavar="LIST",
                 help="precisions to compare (default all four)",
             )
+
+
+# The strategies study's configurations (kept here too: --help must not import torch).
+STRATEGY_CONFIGS = ("single", "dp", "ddp-1proc", "ddp", "fsdp", "gather-scatter", "allreduce")
 
 
 def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -360,7 +373,12 @@ def cmd_study(args: argparse.Namespace) -> int:
         raise ConfigError("study needs a NAME: " + ", ".join(STUDY_HELP))
     from trainscope.config import resolve
 
-    cfg = resolve(args.config, overrides_from_args(args))
+    overrides = overrides_from_args(args)
+    if args.study == "strategies":
+        # --nproc is the study's process count; each configuration sets its own strategy.
+        nproc = overrides.pop("dist.nproc", 2)
+        overrides.pop("dist.strategy", None)
+    cfg = resolve(args.config, overrides)
     base = {**cfg.to_dict(), "out": None, "overwrite": False}
     options: dict[str, Any] = {
         "repeats": _positive_arg("repeats", args.repeats),
@@ -388,6 +406,16 @@ def cmd_study(args: argparse.Namespace) -> int:
                 f"choose from {', '.join(PRECISIONS)}"
             )
         options["precisions"] = names
+    if args.study == "strategies":
+        names = [n.strip() for n in args.strategies.split(",") if n.strip()]
+        bad = [n for n in names if n not in STRATEGY_CONFIGS]
+        if bad or not names:
+            raise ConfigError(
+                f"--strategies: unknown {', '.join(bad) or '(empty)'}; "
+                f"choose from {', '.join(STRATEGY_CONFIGS)}"
+            )
+        options["strategies"] = names
+        options["nproc"] = _positive_arg("nproc", nproc)
     import importlib
 
     from trainscope.runtime import resolve_device
@@ -402,7 +430,14 @@ def cmd_study(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(text, file=sys.stderr)
 
-    result = execute(plan, out, overwrite=args.overwrite, say=say)
+    run_fn = None
+    if getattr(planner, "FRESH_PROCESS", False):
+        import functools
+
+        from trainscope.launch import run_any
+
+        run_fn = functools.partial(run_any, fresh_process=True)
+    result = execute(plan, out, overwrite=args.overwrite, say=say, run_fn=run_fn)
     say(
         f"study {args.study}: {len(result.executed)} run(s) executed, "
         f"{len(result.skipped)} kept from before, {len(result.failed)} failed -> {out}"

@@ -74,38 +74,46 @@ def torchrun_argv(cfg: RunConfig, config_file: Path, extra: list[str]) -> list[s
     return argv
 
 
-def launch(cfg: RunConfig, extra: list[str] | None = None) -> int:
-    """Start ``cfg``'s processes through torchrun and wait; returns torchrun's exit code."""
-    check_launch(cfg)
-    data = {**cfg.to_dict()}
+def launch(cfg: RunConfig, extra: list[str] | None = None, *, torchrun: bool = True) -> int:
+    """Start ``cfg``'s processes through torchrun (or, with ``torchrun=False``, one plain
+    ``trainscope run`` process) and wait; returns the exit code."""
+    if torchrun:
+        check_launch(cfg)
     with tempfile.TemporaryDirectory(prefix="trainscope-launch-") as tmp:
         path = Path(tmp) / "config.yaml"
-        path.write_text(yaml.safe_dump(data, sort_keys=False))
-        argv = torchrun_argv(cfg, path, list(extra or []))
+        path.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+        if torchrun:
+            argv = torchrun_argv(cfg, path, list(extra or []))
+        else:
+            argv = [sys.executable, "-m", "trainscope.cli", "run", "--config", str(path)]
+            argv += list(extra or [])
         # torchrun sets OMP_NUM_THREADS=1 in each worker unless it is already set: N
         # workers of many threads each would oversubscribe the CPU cores.
         return subprocess.run(argv, env=dict(os.environ), check=False).returncode
 
 
-def run_any(cfg: RunConfig, console: Any = None) -> dict[str, Any]:
-    """Run ``cfg`` in-process, or through torchrun when it needs several processes; the
-    summary either way (read back from the run directory after a launch)."""
-    if not needs_launch(cfg):
+def run_any(cfg: RunConfig, console: Any = None, *, fresh_process: bool = False) -> dict[str, Any]:
+    """Run ``cfg`` and return its summary: in this process, or through torchrun when it
+    needs several processes. ``fresh_process`` runs even a one-process configuration in a
+    process of its own, so that its peak memory and start-up are its own (studies that
+    compare memory across strategies need that). After a launch the summary is read back
+    from the run directory."""
+    if not needs_launch(cfg) and not fresh_process:
         from trainscope.train.run import run
 
         return run(cfg, console)
     if cfg.out is None:
         raise TrainscopeError("a launched run needs an explicit out directory")
-    code = launch(cfg, ["--quiet", "--no-progress"])
+    code = launch(cfg, ["--quiet", "--no-progress"], torchrun=needs_launch(cfg))
     summary_path = Path(cfg.out) / "summary.json"
     try:
         summary = json.loads(summary_path.read_text())
     except (OSError, ValueError):
         raise TrainscopeError(
-            f"torchrun exited with {code} and left no summary in {cfg.out}"
+            f"the launched run exited with {code} and left no summary in {cfg.out}"
         ) from None
     if code != 0 or summary.get("status") != "completed":
         raise TrainscopeError(
-            f"distributed run failed (torchrun exit {code}): {summary.get('error') or 'see logs'}"
+            f"the launched run failed (exit {code}): {summary.get('error') or 'see its output'}"
         )
     return summary

@@ -9,7 +9,7 @@ from typing import Any
 from trainscope.records.run_dir import RunRecord
 from trainscope.reports.tables import MISSING
 
-TRAIN_STAGES = ("data_wait", "h2d", "forward", "backward", "optimizer")
+TRAIN_STAGES = ("data_wait", "h2d", "forward", "backward", "comm", "optimizer")
 COMPUTE_STAGES = ("h2d", "forward", "backward", "optimizer")
 
 

@@ -1,8 +1,8 @@
 """The report of a study: one document (Markdown + HTML), LaTeX tables and plots.
 
 Built from the study directory alone (``study.json`` and the run records), so it can be
-rebuilt anywhere, without torch. Each study kind adds its own sections
-(``study_loader``, ``study_profile``, ``study_precision``); this module adds what every
+rebuilt anywhere, without torch. Each study kind adds its own sections (``study_loader``,
+``study_profile``, ``study_precision``, ``study_strategies``); this module adds what every
 study shares: status, method, machine, failures, and writing the files.
 """
 
@@ -136,6 +136,8 @@ def build_study_report(
         from trainscope.reports.study_profile import profile_sections as build
     elif kind == "precision":
         from trainscope.reports.study_precision import precision_sections as build
+    elif kind == "strategies":
+        from trainscope.reports.study_strategies import strategies_sections as build
     else:
         doc.note(f"Unknown study kind {kind!r}: this trainscope cannot report it.")
         build = None

@@ -14,6 +14,7 @@ import torch
 
 from trainscope.config import MULTIPROCESS_STRATEGIES, RunConfig, TrainConfig
 from trainscope.data.loaders import make_loader
+from trainscope.errors import ConfigError
 from trainscope.precision import make_precision
 from trainscope.profiling.system import SystemSampler, peak_rss_bytes
 from trainscope.profiling.timer import device_sync, make_stage_timer
@@ -76,15 +77,13 @@ def run(cfg: RunConfig, console: RunConsole | None = None) -> dict[str, Any]:
     t_start = time.perf_counter()
     device = resolve_device(cfg.runtime.device)
     info = DistInfo()
-    if under_torchrun() or cfg.dist.strategy in MULTIPROCESS_STRATEGIES:
-        if cfg.dist.strategy not in MULTIPROCESS_STRATEGIES:
-            from trainscope.errors import ConfigError
-
-            raise ConfigError(
-                f"strategy {cfg.dist.strategy} runs in one process; under torchrun use one "
-                f"of {', '.join(MULTIPROCESS_STRATEGIES)}"
-            )
+    if cfg.dist.strategy in MULTIPROCESS_STRATEGIES:
         info = init_distributed(cfg.dist.backend, device.type, cfg.dist.timeout_s)
+    elif under_torchrun() and int(os.environ["WORLD_SIZE"]) > 1:
+        raise ConfigError(
+            f"strategy {cfg.dist.strategy} runs in one process; under torchrun with several "
+            f"processes use one of {', '.join(MULTIPROCESS_STRATEGIES)}"
+        )
     try:
         device = rank_device(device, info)
         return _run(cfg, console, device, info, t_start)
@@ -134,6 +133,8 @@ def _run(
     }
     writer.write_summary(summary)  # a killed run leaves "running", never "completed"
     console.start(run_dir, summary)
+    if strategy.describe().get("note"):
+        console.note(strategy.describe()["note"])
     sinks.start(run_dir, cfg.to_dict(), summary)
     sampler = SystemSampler(
         own_dir / "system.jsonl",

@@ -1,0 +1,213 @@
+"""Sections of the strategies study's report: accuracy, time per iteration, communication
+per iteration and peak memory per rank for every strategy, as a table and bar plots."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from trainscope.records.run_dir import STAGE_LABELS, RunRecord
+from trainscope.records.study_dir import StudyRecord
+from trainscope.reports.document import Document, escape_inline
+from trainscope.reports.stats import TRAIN_STAGES, fmt_mean_std, fmt_mean_std_sig, mean_std
+from trainscope.reports.tables import Table, fmt_bytes, fmt_pct, fmt_rate
+
+if TYPE_CHECKING:
+    from trainscope.reports.study_report import Section
+
+# Where each strategy's gradient communication is, when it is not a stage of its own.
+COMM_PLACE = {
+    "single": "none",
+    "dp": "in fwd/bwd",
+    "ddp-1proc": "in backward",
+    "ddp": "in backward",
+    "fsdp": "in fwd/bwd",
+}
+
+
+def _per_iter_ms(summary: dict[str, Any], stage: str | None = None) -> float | None:
+    steps = summary.get("steps")
+    if not steps:
+        return None
+    secs = summary.get("train_time_s") if stage is None else (summary.get("stages_s") or {})
+    if stage is not None:
+        secs = secs.get(stage)  # type: ignore[union-attr]
+    return 1e3 * secs / steps if isinstance(secs, (int, float)) else None
+
+
+def _peak_per_rank(summary: dict[str, Any]) -> float | None:
+    return summary.get("peak_memory_bytes_max_rank") or summary.get("peak_memory_bytes")
+
+
+def _stage_ms(recs: list[RunRecord]) -> dict[str, float]:
+    """Mean milliseconds per iteration of each training stage (rank 0), over repeats."""
+    out: dict[str, float] = {}
+    for stage in TRAIN_STAGES:
+        m, _, _ = mean_std(_per_iter_ms(r.summary, stage) for r in recs)
+        if m:
+            out[stage] = m
+    return out
+
+
+def _stacked_stage_plot(per: dict[str, dict[str, float]], png: Path) -> list[Path]:
+    """One bar per strategy, split into the step's stages (ms per iteration)."""
+    from trainscope.reports.plots import _new_figure, _plain, _stage_color
+    from trainscope.reports.study_plots import _write
+
+    if not per:
+        return []
+    labels = list(per)
+    fig = _new_figure(max(5.5, 0.9 * len(labels) + 3.0), 4.5)
+    ax = fig.add_subplot()
+    bottoms = [0.0] * len(labels)
+    for stage in TRAIN_STAGES:
+        values = [per[lab].get(stage, 0.0) for lab in labels]
+        if not any(values):
+            continue
+        ax.bar(
+            range(len(labels)),
+            values,
+            bottom=bottoms,
+            width=0.65,
+            color=_stage_color(stage),
+            label=_plain(STAGE_LABELS.get(stage, stage)),
+        )
+        bottoms = [b + v for b, v in zip(bottoms, values)]
+    ax.set_xticks(range(len(labels)), [_plain(lab) for lab in labels], rotation=25, ha="right")
+    ax.set_ylabel("ms per iteration (rank 0)")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", frameon=False)
+    fig.suptitle("Where an iteration's time goes, by strategy", fontsize=11)
+    return _write(fig, png)
+
+
+def strategies_sections(study: StudyRecord, doc: Document, plots: Path) -> Section:
+    """The comparison table, two bar plots and the ratios that answer "why is X faster"."""
+    from trainscope.reports.study_plots import bar_plot
+    from trainscope.reports.study_report import Section
+
+    section = Section()
+    doc.heading("Strategy comparison", 2)
+    rows: list[list[object]] = []
+    labels: list[str] = []
+    iters: list[float | None] = []
+    iter_err: list[float | None] = []
+    per_stage: dict[str, dict[str, float]] = {}
+    means: dict[str, float] = {}
+    notes: list[str] = []
+    mem_kind = None
+    for cfg in study.configs():
+        name = str(cfg.labels.get("strategy", cfg.config))
+        procs = cfg.labels.get("processes", 1)
+        labels.append(name)
+        recs = study.measured(cfg.config) if cfg.applicable else []
+        if not recs:
+            status = "not applicable" if not cfg.applicable else "no completed run"
+            rows.append([name, str(procs), status] + ["–"] * 5)
+            iters.append(None)
+            iter_err.append(None)
+            continue
+        summ = [r.summary for r in recs]
+        mem_kind = summ[0].get("peak_memory_kind") or mem_kind
+        t_m, t_s, n = mean_std(s.get("test_accuracy") for s in summ)
+        w_m, w_s, _ = mean_std(s.get("wall_time_s") for s in summ)
+        i_m, i_s, _ = mean_std(_per_iter_ms(s) for s in summ)
+        r_m, _, _ = mean_std(s.get("samples_per_s") for s in summ)
+        p_m, _, _ = mean_std(_peak_per_rank(s) for s in summ)
+        c_m, c_s, _ = mean_std(_per_iter_ms(s, "comm") for s in summ)
+        if c_m is not None:
+            comm = fmt_mean_std_sig(c_m, c_s, n)
+        else:
+            comm = COMM_PLACE.get(name, "in backward")
+            h_m, _, _ = mean_std((s.get("comm") or {}).get("hook_inflight_s") for s in summ)
+            steps = summ[0].get("steps")
+            if h_m and steps:
+                comm += f" ({1e3 * h_m / steps:.3g} in flight)"
+        note = (summ[0].get("parallel") or {}).get("note")
+        if note:
+            notes.append(f"{name}: {note}")
+        rows.append(
+            [
+                name,
+                str(procs),
+                fmt_mean_std(t_m, t_s, lambda x: fmt_pct(x, 2), n),
+                fmt_mean_std_sig(w_m, w_s, n),
+                fmt_mean_std_sig(i_m, i_s, n),
+                comm,
+                fmt_rate(r_m),
+                fmt_bytes(p_m),
+            ]
+        )
+        iters.append(i_m)
+        iter_err.append(i_s)
+        if i_m:
+            means[name] = i_m
+        per_stage[name] = _stage_ms(recs)
+    table = Table(
+        [
+            "Strategy",
+            "Procs",
+            "Test acc",
+            "Wall (s)",
+            "Time/iter (ms)",
+            "Comm/iter (ms)",
+            "Samples/s",
+            "Peak mem/rank",
+        ],
+        rows,
+        "Same workload, seed and global batch under each strategy (mean ± std over repeats). "
+        "Time/iter: training time over optimizer steps. Comm/iter: the gradient-sync stage "
+        "of the hand-written strategies, timed exactly; DDP and FSDP communicate inside "
+        "backward (and FSDP forward), where it is part of those stages. Peak memory: the "
+        f"largest rank's ({mem_kind or 'n/a'}).",
+        "tab:strategies",
+        "lrrrrrrr",
+    )
+    section.tables["strategies"] = table
+    doc.table(table)
+    files = bar_plot(
+        labels,
+        iters,
+        iter_err,
+        plots / "strategies_time_per_iter.png",
+        ylabel="ms per iteration",
+        title="Time per iteration by strategy",
+        na_text="not applicable",
+    )
+    if files:
+        doc.figure(files[0], "Time per iteration by strategy (mean ± std)", None)
+    files = _stacked_stage_plot(per_stage, plots / "strategies_stages.png")
+    if files:
+        doc.figure(files[0], "Each strategy's iteration split into its stages (rank 0)", None)
+    for text in _ratios(means):
+        section.findings.append(text)
+        doc.paragraph(text)
+    if notes:
+        doc.bullets([escape_inline(n) for n in notes])
+    na = [
+        f"{c.config}: {escape_inline(str(c.reason))}" for c in study.configs() if not c.applicable
+    ]
+    if na:
+        doc.paragraph("Not applicable on this machine (not run, not faked):")
+        doc.bullets(na)
+    return section
+
+
+def _ratios(means: dict[str, float]) -> list[str]:
+    """Time-per-iteration ratios of the pairs people ask about, where both ran."""
+    pairs = [
+        ("gather-scatter", "allreduce", "hand-written sync through rank 0 vs all-reduce"),
+        ("allreduce", "ddp", "per-tensor all-reduce after backward vs DDP's buckets"),
+        ("ddp-1proc", "single", "the DDP wrapper alone (one process)"),
+        ("dp", "single", "DataParallel vs no wrapper"),
+        ("ddp", "single", "DDP with several processes vs one process"),
+        ("fsdp", "ddp", "FSDP sharding vs DDP replication"),
+    ]
+    out = []
+    for a, b, what in pairs:
+        if a in means and b in means:
+            out.append(
+                f"{a} / {b} time per iteration: {means[a] / means[b]:.2f}x ({what}; "
+                f"{means[a]:.3g} vs {means[b]:.3g} ms)."
+            )
+    return out

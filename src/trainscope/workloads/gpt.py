@@ -1,0 +1,420 @@
+"""``gpt-char``: a GPT-2-style decoder trained on Tiny Shakespeare one character at a time.
+
+The model is the standard pre-norm transformer decoder: token + learned position
+embeddings, ``n_layer`` blocks of (LayerNorm -> causal self-attention -> residual,
+LayerNorm -> 4x GELU MLP -> residual), a final LayerNorm, and an output head that shares
+its weight with the token embedding. Attention goes through
+``torch.nn.functional.scaled_dot_product_attention(is_causal=True)``, so PyTorch picks the
+fastest kernel the device has (flash / memory-efficient on GPUs).
+
+Presets (``options.preset``): ``shakespeare`` (the default) is the well-known 6-layer,
+6-head, 384-wide model with a 256-character context and dropout 0.2 (10.7M parameters);
+``tiny`` (2 layers, 2 heads, 64 wide, context 64, no dropout) trains in seconds on a CPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from trainscope.config import WorkloadConfig
+from trainscope.errors import ConfigError
+from trainscope.workloads.base import Workload
+
+# --------------------------------------------------------------------------- config
+
+
+@dataclass
+class GPTConfig:
+    """The shape of a GPT model (validated on construction)."""
+
+    vocab_size: int = 65
+    """Number of distinct tokens (characters of the corpus for gpt-char)."""
+    block_size: int = 256
+    """Context length T: the longest sequence the model reads (position embeddings)."""
+    n_layer: int = 6
+    """Number of transformer blocks L."""
+    n_head: int = 6
+    """Attention heads H per block; the head dimension is n_embd / n_head."""
+    n_embd: int = 384
+    """Width C of the residual stream."""
+    dropout: float = 0.2
+    """Dropout on embeddings, attention weights and both residual branches (0 disables)."""
+    bias: bool = False
+    """Biases in the Linear and LayerNorm layers (GPT-2 had them; without is a little
+    faster and trains as well)."""
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"gpt {name} must be a positive integer, got {value!r}")
+        if self.n_embd % self.n_head:
+            raise ConfigError(
+                f"gpt n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})"
+            )
+        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)):
+            raise ConfigError(f"gpt dropout must be a number in [0, 1), got {self.dropout!r}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"gpt dropout must be in [0, 1), got {self.dropout}")
+        self.dropout = float(self.dropout)
+        if not isinstance(self.bias, bool):
+            raise ConfigError(f"gpt bias must be true or false, got {self.bias!r}")
+
+    @property
+    def head_dim(self) -> int:
+        """Q = n_embd / n_head."""
+        return self.n_embd // self.n_head
+
+
+# Model shape and dropout per preset; vocab_size always comes from the corpus.
+PRESETS: dict[str, dict[str, Any]] = {
+    "tiny": {
+        "n_layer": 2,
+        "n_head": 2,
+        "n_embd": 64,
+        "block_size": 64,
+        "dropout": 0.0,
+        "bias": False,
+    },
+    "shakespeare": {
+        "n_layer": 6,
+        "n_head": 6,
+        "n_embd": 384,
+        "block_size": 256,
+        "dropout": 0.2,
+        "bias": False,
+    },
+}
+DEFAULT_PRESET = "shakespeare"
+DEFAULT_EVAL_WINDOWS = 640
+"""Validation windows: 20 batches of the default batch size 32. A window count rather than
+a batch count, so the validation estimate does not change with the batch size."""
+OPTION_KEYS = ("preset", *PRESETS[DEFAULT_PRESET], "eval_windows")
+
+
+def resolve_options(options: Mapping[str, Any]) -> tuple[str, dict[str, Any], int]:
+    """``cfg.options`` -> (preset name, GPTConfig fields except vocab_size, eval_windows).
+
+    A preset's values are the defaults; any model key given overrides it. Raises
+    ConfigError naming an unknown key (and listing the allowed ones), an unknown preset,
+    or a bad eval_windows; the model values themselves are checked by :class:`GPTConfig`.
+    """
+    unknown = [k for k in options if k not in OPTION_KEYS]
+    if unknown:
+        raise ConfigError(
+            f"gpt-char: unknown option {unknown[0]!r}; allowed: {', '.join(OPTION_KEYS)}"
+        )
+    preset = options.get("preset", DEFAULT_PRESET)
+    if preset not in PRESETS:
+        raise ConfigError(
+            f"gpt-char: unknown preset {preset!r}; choose one of {', '.join(PRESETS)}"
+        )
+    fields = dict(PRESETS[preset])
+    fields.update({k: options[k] for k in fields if k in options})
+    eval_windows = options.get("eval_windows", DEFAULT_EVAL_WINDOWS)
+    if isinstance(eval_windows, bool) or not isinstance(eval_windows, int) or eval_windows < 1:
+        raise ConfigError(
+            f"gpt-char: eval_windows must be a positive integer, got {eval_windows!r}"
+        )
+    return preset, fields, eval_windows
+
+
+# --------------------------------------------------------------------------- model
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head self-attention where position t only sees positions <= t."""
+
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        self.n_head = cfg.n_head
+        self.qkv = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=cfg.bias)  # one matmul for all
+        self.proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
+        self.attn_dropout = cfg.dropout
+        self.resid_dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape
+        q, k, v = self.qkv(x).split(c, dim=2)
+        # (B, T, C) -> (B, H, T, Q): heads become a batch dimension of the attention kernel.
+        q, k, v = (z.view(b, t, self.n_head, c // self.n_head).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(
+            q, k, v, dropout_p=self.attn_dropout if self.training else 0.0, is_causal=True
+        )
+        y = y.transpose(1, 2).reshape(b, t, c)  # heads back side by side
+        return self.resid_dropout(self.proj(y))
+
+
+class MLP(nn.Module):
+    """Position-wise feed-forward: C -> 4C -> GELU -> C."""
+
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        self.fc = nn.Linear(cfg.n_embd, 4 * cfg.n_embd, bias=cfg.bias)
+        self.act = nn.GELU(approximate="tanh")  # GPT-2's GELU
+        self.proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd, bias=cfg.bias)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.proj(self.act(self.fc(x))))
+
+
+class Block(nn.Module):
+    """One pre-norm transformer block: x + attn(ln(x)), then x + mlp(ln(x))."""
+
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
+        self.attn = CausalSelfAttention(cfg)
+        self.ln_2 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    """A GPT-2-style decoder: ``forward(idx (B, T) int64) -> logits (B, T, vocab_size)``.
+
+    ``blocks`` is the ``nn.ModuleList`` of transformer blocks, the units that activation
+    checkpointing and FSDP wrap one by one.
+    """
+
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        self.config = cfg
+        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.n_embd)
+        self.pos_emb = nn.Embedding(cfg.block_size, cfg.n_embd)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.ln_f = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
+        self.head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+        # Weight tying: reading a token and predicting one use the same vectors, which
+        # saves V*C parameters and helps small models generalise.
+        self.head.weight = self.tok_emb.weight
+        self.apply(self._init_weights)
+        # GPT-2's residual scaling: each block adds two branches to the residual stream, so
+        # the projections that write into it start 1/sqrt(2L) smaller, keeping the stream's
+        # variance from growing with depth.
+        for block in self.blocks:
+            for proj in (block.attn.proj, block.mlp.proj):
+                nn.init.normal_(proj.weight, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        """Next-token logits at every position of a batch of token ids (B, T), T <= block."""
+        _, t = idx.shape
+        if t > self.config.block_size:
+            raise ValueError(f"sequence of {t} tokens exceeds block_size {self.config.block_size}")
+        pos = torch.arange(t, device=idx.device)
+        x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln_f(x))
+
+
+def count_params(model: nn.Module) -> int:
+    """Parameters of a model, each shared tensor (the tied head) counted once."""
+    return sum(p.numel() for p in model.parameters())
+
+
+def flop_params(cfg: GPTConfig) -> int:
+    """N of :func:`flops_per_token`: the model's parameters minus the position embeddings.
+
+    Equal to ``count_params(GPT(cfg)) - block_size * n_embd``, computed from the shape
+    alone. The tied token embedding stays in: as the output head it is a V x C matmul.
+    """
+    c, bias = cfg.n_embd, int(cfg.bias)
+    ln = c * (1 + bias)  # weight (+ bias)
+    per_layer = 2 * ln + (3 * c * c + 3 * c * bias) + (c * c + c * bias)  # norms, attention
+    per_layer += (4 * c * c + 4 * c * bias) + (4 * c * c + c * bias)  # MLP
+    return cfg.n_layer * per_layer + ln + cfg.vocab_size * c
+
+
+def flops_per_token(cfg: GPTConfig, n_params: int | None = None) -> float:
+    """Training FLOPs (forward + backward) per token: ``6 N + 12 L H Q T``.
+
+    ``6 N``: every weight of a matmul costs 2 FLOPs per token forward (multiply + add) and
+    4 backward (the gradients of the input and of the weight). N counts every parameter
+    except the position embeddings (:func:`flop_params`, or ``n_params`` if given): a
+    position embedding is a table lookup, costing no FLOPs. The token embedding *is*
+    counted, once: its lookup is free too, but the same tensor is the output head, a
+    ``C x V`` matmul. LayerNorm weights and biases are counted although they cost far less
+    than 6 FLOPs each; they are a fraction of a percent of N, the usual simplification.
+
+    ``12 L H Q T``: attention itself, weight-free. Per layer and token the scores ``q.k``
+    and the weighted sum of values are each ``2 H Q T`` FLOPs forward over a context of
+    T = ``block_size`` (the length of every training window); backward doubles them:
+    ``3 * 2 * 2 H Q T``. The causal mask is ignored (the kernels compute whole tiles), as
+    in the PaLM paper's MFU accounting, from which this formula comes.
+    """
+    n = flop_params(cfg) if n_params is None else n_params
+    attn = 12 * cfg.n_layer * cfg.n_head * cfg.head_dim * cfg.block_size
+    return float(6 * n + attn)
+
+
+@torch.no_grad()
+def generate(
+    model: nn.Module,
+    idx: torch.Tensor,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Extend each row of ``idx`` (B, T0) by ``max_new_tokens`` sampled tokens.
+
+    Each step feeds the last ``block_size`` tokens, divides the last position's logits by
+    ``temperature`` (0 means greedy: always the most likely token), keeps only the
+    ``top_k`` most likely tokens if given, and samples with ``generator``. The model is
+    put in eval mode for the call and given back in the mode it had.
+    """
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top_k must be positive, got {top_k}")
+    block_size = model.config.block_size
+    was_training = model.training
+    model.eval()
+    try:
+        for _ in range(max_new_tokens):
+            logits = model(idx[:, -block_size:])[:, -1, :].float()
+            if temperature == 0:
+                nxt = logits.argmax(dim=-1, keepdim=True)
+            else:
+                logits = logits / temperature
+                if top_k is not None and top_k < logits.shape[-1]:
+                    kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
+                    logits = logits.masked_fill(logits < kth, float("-inf"))
+                probs = torch.softmax(logits, dim=-1)
+                nxt = torch.multinomial(probs, 1, generator=generator)
+            idx = torch.cat([idx, nxt], dim=1)
+    finally:
+        model.train(was_training)
+    return idx
+
+
+# --------------------------------------------------------------------------- loss, metrics
+
+
+def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross entropy over every position: logits (B, T, V), targets (B, T)."""
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+class LMMetrics:
+    """Loss, perplexity and next-token accuracy over evaluation batches.
+
+    Means are per token (every window has T of them). Sums stay on the device and are
+    read once in :meth:`compute`, so evaluation does not synchronize per batch.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self._loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+        self._correct = torch.zeros((), dtype=torch.int64, device=device)
+        self._tokens = 0
+        self._samples = 0
+
+    def update(self, outputs: torch.Tensor, targets: torch.Tensor, loss: torch.Tensor) -> None:
+        """Add one batch: logits (B, T, V), targets (B, T), ``loss`` the per-token mean."""
+        n = targets.numel()
+        self._loss_sum += loss.detach().double() * n
+        self._correct += (outputs.argmax(dim=-1) == targets).sum()
+        self._tokens += n
+        self._samples += targets.shape[0]
+
+    def compute(self) -> dict[str, Any]:
+        """Per-token mean loss, perplexity exp(loss), top-1 accuracy; windows and tokens."""
+        tokens = max(self._tokens, 1)
+        loss = self._loss_sum.item() / tokens
+        return {
+            "loss": loss,
+            "perplexity": math.exp(loss) if loss < 700 else math.inf,  # exp overflows past 709
+            "accuracy": self._correct.item() / tokens,
+            "samples": self._samples,
+            "tokens": self._tokens,
+            "per_class_accuracy": None,
+        }
+
+
+# --------------------------------------------------------------------------- the workload
+
+
+def gpt_char(cfg: WorkloadConfig, cache_dir: Path) -> Workload:
+    """Tiny Shakespeare, character level, a GPT of the chosen preset (see module docs).
+
+    The training set is every window of ``block_size`` characters of the first 90% of the
+    corpus (random windows under a shuffled loader); validation is ``eval_windows`` fixed,
+    evenly spaced windows of the last 10%; there is no test set.
+    """
+    from trainscope.data.text import (
+        CharVocab,
+        CharWindows,
+        ensure_shakespeare,
+        fixed_windows,
+        read_text,
+        split_train_val,
+    )
+
+    preset, fields, eval_windows = resolve_options(cfg.options)
+    # Check the model options before touching (or downloading) any data.
+    GPTConfig(vocab_size=1, **fields)
+    text = read_text(ensure_shakespeare(cfg.data_dir, cache_dir, download=cfg.download))
+    vocab = CharVocab.from_text(text)
+    ids = torch.tensor(vocab.encode(text), dtype=torch.int64)
+    train_ids, val_ids = split_train_val(ids)
+    gpt_cfg = GPTConfig(vocab_size=len(vocab), **fields)
+    model = GPT(gpt_cfg)
+    t = gpt_cfg.block_size
+    train_set = CharWindows(train_ids, t)
+    val_set = fixed_windows(val_ids, t, eval_windows)
+    per_token = flops_per_token(gpt_cfg)
+    n_params = count_params(model)
+    info = {
+        "preset": preset,
+        **{k: getattr(gpt_cfg, k) for k in PRESETS[DEFAULT_PRESET]},
+        "vocab_size": gpt_cfg.vocab_size,
+        "train_chars": len(train_ids),
+        "val_chars": len(val_ids),
+        "eval_windows": len(val_set),
+        "n_params": n_params,
+        "n_params_flops": flop_params(gpt_cfg),
+        "flops_per_token": per_token,
+    }
+    return Workload(
+        name="gpt-char",
+        model=model,
+        train_set=train_set,
+        val_set=val_set,
+        test_set=None,
+        num_classes=gpt_cfg.vocab_size,
+        loss_fn=lm_loss,
+        description=(
+            f"Tiny Shakespeare (characters, {len(vocab)} symbols), GPT {preset}: "
+            f"{gpt_cfg.n_layer} layers x {gpt_cfg.n_embd} wide, {gpt_cfg.n_head} heads, "
+            f"context {t}, {n_params / 1e6:.2f}M parameters"
+        ),
+        metrics_factory=LMMetrics,
+        tokens_per_sample=t,
+        flops_per_sample=per_token * t,
+        info=info,
+        artifacts={"vocab": vocab.to_dict(), "gpt_config": dataclasses.asdict(gpt_cfg)},
+    )
