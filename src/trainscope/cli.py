@@ -15,151 +15,8 @@ from typing import Any, NoReturn
 import yaml
 
 from trainscope import __version__
+from trainscope.cli_flags import RUN_FLAGS
 from trainscope.errors import ConfigError, TrainscopeError
-
-
-def _workers(text: str) -> int | str:
-    """--num-workers: a count or the word auto."""
-    if text == "auto":
-        return text
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer or auto, got {text!r}") from None
-
-
-# CLI flag -> (dotted config key, argparse keyword arguments). Defaults are SUPPRESSed so
-# that only the flags a user typed override the YAML file.
-RUN_FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
-    "--workload": (
-        "workload.name",
-        {
-            "metavar": "NAME",
-            "help": "digits | mnist | synthetic | pkg.module:factory (default digits)",
-        },
-    ),
-    "--data-dir": (
-        "workload.data_dir",
-        {"metavar": "DIR", "help": "local data folder (mnist: the four IDX files)"},
-    ),
-    "--download": (
-        "workload.download",
-        {
-            "action": argparse.BooleanOptionalAction,
-            "help": "allow downloading missing data (default on)",
-        },
-    ),
-    "--augment": (
-        "workload.augment",
-        {
-            "action": argparse.BooleanOptionalAction,
-            "help": "random-affine augmentation of training images",
-        },
-    ),
-    "--synthetic-samples": ("workload.synthetic_samples", {"type": int, "metavar": "N"}),
-    "--synthetic-shape": (
-        "workload.synthetic_shape",
-        {"type": int, "nargs": 3, "metavar": ("C", "H", "W")},
-    ),
-    "--num-classes": (
-        "workload.num_classes",
-        {"type": int, "metavar": "N", "help": "synthetic: number of classes"},
-    ),
-    "--batch-size": (
-        "data.batch_size",
-        {"type": int, "metavar": "N", "help": "samples per step (default 32)"},
-    ),
-    "--num-workers": (
-        "data.num_workers",
-        {
-            "type": _workers,
-            "metavar": "N|auto",
-            "help": "DataLoader workers (default 0); auto measures and picks (cached)",
-        },
-    ),
-    "--loader": (
-        "data.loader",
-        {"metavar": "KIND", "help": "torch (DataLoader, default) | fast (tensors on the device)"},
-    ),
-    "--pin-memory": ("data.pin_memory", {"action": argparse.BooleanOptionalAction}),
-    "--persistent-workers": ("data.persistent_workers", {"action": argparse.BooleanOptionalAction}),
-    "--prefetch-factor": ("data.prefetch_factor", {"type": int, "metavar": "N"}),
-    "--shuffle-seed": ("data.shuffle_seed", {"type": int, "metavar": "N"}),
-    "--drop-last": ("data.drop_last", {"action": argparse.BooleanOptionalAction}),
-    "--epochs": ("train.epochs", {"type": int, "metavar": "N", "help": "default 30"}),
-    "--max-steps-per-epoch": ("train.max_steps_per_epoch", {"type": int, "metavar": "N"}),
-    "--optimizer": (
-        "train.optimizer",
-        {"metavar": "NAME", "help": "sgd | adam | adamw (default sgd)"},
-    ),
-    "--lr": ("train.lr", {"type": float, "metavar": "LR", "help": "learning rate (default 0.05)"}),
-    "--momentum": ("train.momentum", {"type": float, "metavar": "M"}),
-    "--weight-decay": ("train.weight_decay", {"type": float, "metavar": "WD"}),
-    "--seed": ("train.seed", {"type": int, "metavar": "N", "help": "model/initialisation seed"}),
-    "--eval-every": (
-        "train.eval_every",
-        {"type": int, "metavar": "N", "help": "validate every N epochs"},
-    ),
-    "--data-only": (
-        "train.data_only",
-        {"action": "store_true", "help": "iterate the training batches only (no model)"},
-    ),
-    "--log-every": (
-        "train.log_every",
-        {"type": int, "metavar": "N", "help": "read timings and losses every N steps"},
-    ),
-    "--device": ("runtime.device", {"metavar": "DEV", "help": "auto | cpu | cuda | cuda:N"}),
-    "--precision": ("runtime.precision", {"metavar": "P", "help": "fp32 | tf32 | fp16 | bf16"}),
-    "--timing": (
-        "runtime.timing",
-        {"metavar": "MODE", "help": "auto (events on GPU) | exact (sync per stage)"},
-    ),
-    "--system-interval": (
-        "runtime.system_interval_s",
-        {"type": float, "metavar": "S", "help": "seconds between system samples"},
-    ),
-    "--track": (
-        "runtime.track",
-        {
-            "type": lambda text: [name for name in text.split(",") if name],
-            "metavar": "SINKS",
-            "help": "also log to wandb and/or tensorboard (comma-separated; default none)",
-        },
-    ),
-    "--save-weights": (
-        "train.save_weights",
-        {"action": argparse.BooleanOptionalAction, "help": "write model.safetensors (default on)"},
-    ),
-    "--strategy": (
-        "dist.strategy",
-        {
-            "metavar": "NAME",
-            "help": "single | dp | ddp | fsdp | gather-scatter | allreduce (default single)",
-        },
-    ),
-    "--nproc": (
-        "dist.nproc",
-        {"type": int, "metavar": "N", "help": "processes per node, launched by torchrun"},
-    ),
-    "--nnodes": ("dist.nnodes", {"type": int, "metavar": "N", "help": "machines (default 1)"}),
-    "--node-rank": ("dist.node_rank", {"type": int, "metavar": "R", "help": "this machine"}),
-    "--master-addr": ("dist.master_addr", {"metavar": "HOST", "help": "node 0's address"}),
-    "--master-port": ("dist.master_port", {"type": int, "metavar": "PORT"}),
-    "--rdzv-endpoint": (
-        "dist.rdzv_endpoint",
-        {"metavar": "HOST:PORT", "help": "c10d rendezvous instead of master addr/port"},
-    ),
-    "--backend": ("dist.backend", {"metavar": "NAME", "help": "auto | nccl | gloo"}),
-    "--scale-lr": (
-        "dist.scale_lr",
-        {"action": argparse.BooleanOptionalAction, "help": "lr x world size (linear scaling)"},
-    ),
-    "--out": ("out", {"metavar": "DIR", "help": "run directory (default runs/<workload>-<time>)"}),
-    "--overwrite": (
-        "overwrite",
-        {"action": "store_true", "help": "replace an existing run directory"},
-    ),
-}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -199,6 +56,20 @@ def build_parser() -> argparse.ArgumentParser:
     p_rep.add_argument("run_dir", metavar="DIR", help="a run directory or a study directory")
     p_rep.add_argument("--out", metavar="DIR", help="where to write (default DIR/report)")
     p_rep.add_argument("--quiet", "-q", action="store_true", help="print errors only")
+
+    p_smp = sub.add_parser(
+        "sample",
+        help="generate text from a gpt-char run's saved weights",
+        description="Rebuild a gpt-char run's model from RUN_DIR (gpt_config.json, vocab.json, "
+        "model.safetensors) and print generated text.",
+    )
+    p_smp.add_argument("run_dir", metavar="RUN_DIR")
+    p_smp.add_argument("--prompt", default="\n", help="text to continue (default a newline)")
+    p_smp.add_argument("--tokens", type=int, default=500, metavar="N", help="characters (500)")
+    p_smp.add_argument("--temperature", type=float, default=0.8, metavar="T")
+    p_smp.add_argument("--top-k", type=int, default=None, metavar="K")
+    p_smp.add_argument("--seed", type=int, default=0, metavar="N")
+    p_smp.add_argument("--device", default="cpu", metavar="DEV")
 
     p_cmp = sub.add_parser(
         "compare",
@@ -361,6 +232,23 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sample(args: argparse.Namespace) -> int:
+    """``trainscope sample RUN_DIR``."""
+    from trainscope.sample import sample_from_run
+
+    text = sample_from_run(
+        args.run_dir,
+        prompt=args.prompt,
+        max_new_tokens=_positive_arg("tokens", args.tokens),
+        temperature=args.temperature,
+        top_k=args.top_k,
+        seed=args.seed,
+        device=args.device,
+    )
+    print(text)
+    return 0
+
+
 def _positive_arg(name: str, value: int) -> int:
     if value < 1:
         raise ConfigError(f"--{name} must be at least 1, got {value}")
@@ -465,7 +353,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    handlers = {"run": cmd_run, "report": cmd_report, "study": cmd_study, "compare": cmd_compare}
+    handlers = {
+        "run": cmd_run,
+        "report": cmd_report,
+        "study": cmd_study,
+        "compare": cmd_compare,
+        "sample": cmd_sample,
+    }
     try:
         return handlers[args.command](args)
     except ConfigError as e:

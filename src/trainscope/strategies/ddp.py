@@ -26,9 +26,7 @@ class DDPStrategy(Strategy):
     """DistributedDataParallel with its default buckets."""
 
     name = "ddp"
-    comm_note = (
-        "bucketed all-reduce overlapped with backward: the part not hidden is in backward"
-    )
+    comm_note = "bucketed all-reduce overlapped with backward: the part not hidden is in backward"
 
     def __init__(self, info: Any, device: torch.device) -> None:
         super().__init__(info, device)

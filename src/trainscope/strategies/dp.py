@@ -25,9 +25,7 @@ class DataParallelStrategy(Strategy):
 
     def __init__(self, info: Any, device: torch.device) -> None:
         super().__init__(info, device)
-        self.device_ids = (
-            list(range(torch.cuda.device_count())) if device.type == "cuda" else []
-        )
+        self.device_ids = list(range(torch.cuda.device_count())) if device.type == "cuda" else []
 
     @property
     def splits_batch_across_ranks(self) -> bool:

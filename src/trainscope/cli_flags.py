@@ -1,0 +1,194 @@
+"""The flags of ``trainscope run`` (and of every study): each maps to one config key.
+
+Kept apart from :mod:`trainscope.cli` so the parser module stays short; like it, this
+module must not import torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def _workers(text: str) -> int | str:
+    """--num-workers: a count or the word auto."""
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer or auto, got {text!r}") from None
+
+
+# CLI flag -> (dotted config key, argparse keyword arguments). Defaults are SUPPRESSed so
+# that only the flags a user typed override the YAML file.
+RUN_FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
+    "--workload": (
+        "workload.name",
+        {
+            "metavar": "NAME",
+            "help": "digits | mnist | synthetic | pkg.module:factory (default digits)",
+        },
+    ),
+    "--data-dir": (
+        "workload.data_dir",
+        {"metavar": "DIR", "help": "local data folder (mnist: the four IDX files)"},
+    ),
+    "--download": (
+        "workload.download",
+        {
+            "action": argparse.BooleanOptionalAction,
+            "help": "allow downloading missing data (default on)",
+        },
+    ),
+    "--augment": (
+        "workload.augment",
+        {
+            "action": argparse.BooleanOptionalAction,
+            "help": "random-affine augmentation of training images",
+        },
+    ),
+    "--synthetic-samples": ("workload.synthetic_samples", {"type": int, "metavar": "N"}),
+    "--synthetic-shape": (
+        "workload.synthetic_shape",
+        {"type": int, "nargs": 3, "metavar": ("C", "H", "W")},
+    ),
+    "--num-classes": (
+        "workload.num_classes",
+        {"type": int, "metavar": "N", "help": "synthetic: number of classes"},
+    ),
+    # Workload options (workload.options.*): each workload checks the ones it knows.
+    "--preset": (
+        "workload.options.preset",
+        {"metavar": "NAME", "help": "gpt-char: tiny | shakespeare (6 layers x 384, block 256)"},
+    ),
+    "--n-layer": ("workload.options.n_layer", {"type": int, "metavar": "N", "help": "gpt-char"}),
+    "--n-head": ("workload.options.n_head", {"type": int, "metavar": "N", "help": "gpt-char"}),
+    "--n-embd": ("workload.options.n_embd", {"type": int, "metavar": "N", "help": "gpt-char"}),
+    "--block-size": (
+        "workload.options.block_size",
+        {"type": int, "metavar": "T", "help": "gpt-char: context length"},
+    ),
+    "--dropout": ("workload.options.dropout", {"type": float, "metavar": "P", "help": "gpt-char"}),
+    "--model": ("workload.options.model", {"metavar": "NAME", "help": "text-cls: bert | roberta"}),
+    "--model-size": (
+        "workload.options.size",
+        {"metavar": "SIZE", "help": "text-cls: tiny | mini | small | base (random weights)"},
+    ),
+    "--pretrained": (
+        "workload.options.pretrained",
+        {"metavar": "NAME", "help": "text-cls: hub model, e.g. bert-base-cased (online)"},
+    ),
+    "--task": ("workload.options.task", {"metavar": "NAME", "help": "text-cls: SST-2 | RTE"}),
+    "--max-length": (
+        "workload.options.max_length",
+        {"type": int, "metavar": "N", "help": "text-cls: truncate to N tokens"},
+    ),
+    "--lora-r": (
+        "workload.options.lora_r",
+        {"type": int, "metavar": "R", "help": "text-cls: LoRA rank (0: full fine-tuning)"},
+    ),
+    "--lora-alpha": ("workload.options.lora_alpha", {"type": float, "metavar": "A"}),
+    "--lora-targets": (
+        "workload.options.lora_targets",
+        {
+            "type": lambda text: [name for name in text.split(",") if name],
+            "metavar": "LIST",
+            "help": "text-cls: modules LoRA adapts (default query,value)",
+        },
+    ),
+    "--batch-size": (
+        "data.batch_size",
+        {"type": int, "metavar": "N", "help": "samples per step (default 32)"},
+    ),
+    "--num-workers": (
+        "data.num_workers",
+        {
+            "type": _workers,
+            "metavar": "N|auto",
+            "help": "DataLoader workers (default 0); auto measures and picks (cached)",
+        },
+    ),
+    "--loader": (
+        "data.loader",
+        {"metavar": "KIND", "help": "torch (DataLoader, default) | fast (tensors on the device)"},
+    ),
+    "--pin-memory": ("data.pin_memory", {"action": argparse.BooleanOptionalAction}),
+    "--persistent-workers": ("data.persistent_workers", {"action": argparse.BooleanOptionalAction}),
+    "--prefetch-factor": ("data.prefetch_factor", {"type": int, "metavar": "N"}),
+    "--shuffle-seed": ("data.shuffle_seed", {"type": int, "metavar": "N"}),
+    "--drop-last": ("data.drop_last", {"action": argparse.BooleanOptionalAction}),
+    "--epochs": ("train.epochs", {"type": int, "metavar": "N", "help": "default 30"}),
+    "--max-steps-per-epoch": ("train.max_steps_per_epoch", {"type": int, "metavar": "N"}),
+    "--optimizer": (
+        "train.optimizer",
+        {"metavar": "NAME", "help": "sgd | adam | adamw (default sgd)"},
+    ),
+    "--lr": ("train.lr", {"type": float, "metavar": "LR", "help": "learning rate (default 0.05)"}),
+    "--momentum": ("train.momentum", {"type": float, "metavar": "M"}),
+    "--weight-decay": ("train.weight_decay", {"type": float, "metavar": "WD"}),
+    "--seed": ("train.seed", {"type": int, "metavar": "N", "help": "model/initialisation seed"}),
+    "--eval-every": (
+        "train.eval_every",
+        {"type": int, "metavar": "N", "help": "validate every N epochs"},
+    ),
+    "--data-only": (
+        "train.data_only",
+        {"action": "store_true", "help": "iterate the training batches only (no model)"},
+    ),
+    "--log-every": (
+        "train.log_every",
+        {"type": int, "metavar": "N", "help": "read timings and losses every N steps"},
+    ),
+    "--device": ("runtime.device", {"metavar": "DEV", "help": "auto | cpu | cuda | cuda:N"}),
+    "--precision": ("runtime.precision", {"metavar": "P", "help": "fp32 | tf32 | fp16 | bf16"}),
+    "--timing": (
+        "runtime.timing",
+        {"metavar": "MODE", "help": "auto (events on GPU) | exact (sync per stage)"},
+    ),
+    "--system-interval": (
+        "runtime.system_interval_s",
+        {"type": float, "metavar": "S", "help": "seconds between system samples"},
+    ),
+    "--track": (
+        "runtime.track",
+        {
+            "type": lambda text: [name for name in text.split(",") if name],
+            "metavar": "SINKS",
+            "help": "also log to wandb and/or tensorboard (comma-separated; default none)",
+        },
+    ),
+    "--save-weights": (
+        "train.save_weights",
+        {"action": argparse.BooleanOptionalAction, "help": "write model.safetensors (default on)"},
+    ),
+    "--strategy": (
+        "dist.strategy",
+        {
+            "metavar": "NAME",
+            "help": "single | dp | ddp | fsdp | gather-scatter | allreduce (default single)",
+        },
+    ),
+    "--nproc": (
+        "dist.nproc",
+        {"type": int, "metavar": "N", "help": "processes per node, launched by torchrun"},
+    ),
+    "--nnodes": ("dist.nnodes", {"type": int, "metavar": "N", "help": "machines (default 1)"}),
+    "--node-rank": ("dist.node_rank", {"type": int, "metavar": "R", "help": "this machine"}),
+    "--master-addr": ("dist.master_addr", {"metavar": "HOST", "help": "node 0's address"}),
+    "--master-port": ("dist.master_port", {"type": int, "metavar": "PORT"}),
+    "--rdzv-endpoint": (
+        "dist.rdzv_endpoint",
+        {"metavar": "HOST:PORT", "help": "c10d rendezvous instead of master addr/port"},
+    ),
+    "--backend": ("dist.backend", {"metavar": "NAME", "help": "auto | nccl | gloo"}),
+    "--scale-lr": (
+        "dist.scale_lr",
+        {"action": argparse.BooleanOptionalAction, "help": "lr x world size (linear scaling)"},
+    ),
+    "--out": ("out", {"metavar": "DIR", "help": "run directory (default runs/<workload>-<time>)"}),
+    "--overwrite": (
+        "overwrite",
+        {"action": "store_true", "help": "replace an existing run directory"},
+    ),
+}
