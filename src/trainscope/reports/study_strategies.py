@@ -103,7 +103,7 @@ def strategies_sections(study: StudyRecord, doc: Document, plots: Path) -> Secti
         recs = study.measured(cfg.config) if cfg.applicable else []
         if not recs:
             status = "not applicable" if not cfg.applicable else "no completed run"
-            rows.append([name, str(procs), status] + ["–"] * 5)
+            rows.append([name, str(procs), "–", status] + ["–"] * 5)
             iters.append(None)
             iter_err.append(None)
             continue
@@ -126,10 +126,12 @@ def strategies_sections(study: StudyRecord, doc: Document, plots: Path) -> Secti
         note = (summ[0].get("parallel") or {}).get("note")
         if note:
             notes.append(f"{name}: {note}")
+        threads = recs[0].env.get("torch_num_threads", "?")
         rows.append(
             [
                 name,
                 str(procs),
+                str(threads),
                 fmt_mean_std(t_m, t_s, lambda x: fmt_pct(x, 2), n),
                 fmt_mean_std_sig(w_m, w_s, n),
                 fmt_mean_std_sig(i_m, i_s, n),
@@ -147,6 +149,7 @@ def strategies_sections(study: StudyRecord, doc: Document, plots: Path) -> Secti
         [
             "Strategy",
             "Procs",
+            "Threads",
             "Test acc",
             "Wall (s)",
             "Time/iter (ms)",
@@ -158,10 +161,11 @@ def strategies_sections(study: StudyRecord, doc: Document, plots: Path) -> Secti
         "Same workload, seed and global batch under each strategy (mean ± std over repeats). "
         "Time/iter: training time over optimizer steps. Comm/iter: the gradient-sync stage "
         "of the hand-written strategies, timed exactly; DDP and FSDP communicate inside "
-        "backward (and FSDP forward), where it is part of those stages. Peak memory: the "
-        f"largest rank's ({mem_kind or 'n/a'}).",
+        "backward (and FSDP forward), where it is part of those stages. Threads: torch "
+        "intra-op threads per process (torchrun sets 1 unless OMP_NUM_THREADS is set). Peak "
+        f"memory: the largest rank's ({mem_kind or 'n/a'}).",
         "tab:strategies",
-        "lrrrrrrr",
+        "lrrrrrrrr",
     )
     section.tables["strategies"] = table
     doc.table(table)
