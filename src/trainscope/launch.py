@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 
 from trainscope.config import RunConfig
-from trainscope.errors import DeviceError, TrainscopeError
+from trainscope.errors import ConfigError, DeviceError, TrainscopeError
 
 
 def needs_launch(cfg: RunConfig) -> bool:
@@ -35,6 +35,14 @@ def needs_launch(cfg: RunConfig) -> bool:
 def check_launch(cfg: RunConfig) -> None:
     """Refuse, before any process starts, what cannot run on this node."""
     import torch
+
+    world = cfg.dist.world_size
+    if cfg.data.batch_size % world:
+        # Every multi-process strategy splits the global batch evenly across ranks.
+        raise ConfigError(
+            f"the global batch size {cfg.data.batch_size} does not split evenly across "
+            f"{world} processes: choose a multiple of {world}"
+        )
 
     wants_cuda = cfg.runtime.device.startswith("cuda") or (
         cfg.runtime.device == "auto" and torch.cuda.is_available()
