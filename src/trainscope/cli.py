@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -168,6 +169,9 @@ def _add_study_parser(sub: Any) -> None:
 STRATEGY_CONFIGS = ("single", "dp", "ddp-1proc", "ddp", "fsdp", "gather-scatter", "allreduce")
 
 
+_EXPONENT_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+")
+
+
 def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The dotted config overrides a user typed (flags and --set)."""
     out = {dest: getattr(args, dest) for dest, _ in RUN_FLAGS.values() if hasattr(args, dest)}
@@ -176,9 +180,12 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
         if not sep or not key:
             raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
         try:
-            out[key] = yaml.safe_load(raw)
+            value = yaml.safe_load(raw)
         except yaml.YAMLError:
             raise ConfigError(f"--set {key}: cannot parse value {raw!r}") from None
+        if isinstance(value, str) and _EXPONENT_NUMBER.fullmatch(value):
+            value = float(value)  # YAML 1.1 reads 3e-3 (no dot) as a string
+        out[key] = value
     return out
 
 

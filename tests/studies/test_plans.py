@@ -27,7 +27,7 @@ def repeat_counts(plan):
 
 
 def test_every_kind_has_a_planner():
-    assert set(STUDY_KINDS) == {"loader", "profile", "precision"}
+    assert set(STUDY_KINDS) == {"loader", "profile", "precision", "strategies"}
 
 
 # ---------------------------------------------------------------------------- loader

@@ -345,7 +345,9 @@ class WordPieceEncoder:
         # and the final [SEP]; cutting the joined ids in the collate would drop sentence B.
         self.tokenizer.enable_truncation(max_length=max_length)
         inputs: list[Any] = list(texts_a) if texts_b is None else list(zip(texts_a, texts_b))
-        encodings = self.tokenizer.encode_batch(inputs)
+        # encode_batch_fast (tokenizers >= 0.20) skips the character offsets we do not use.
+        encode = getattr(self.tokenizer, "encode_batch_fast", self.tokenizer.encode_batch)
+        encodings = encode(inputs)
         ids = [e.ids for e in encodings]
         types = [e.type_ids for e in encodings] if self.token_types else None
         return ids, types

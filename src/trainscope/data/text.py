@@ -179,9 +179,7 @@ class CharVocab:
             return [self._ids[c] for c in text]
         except KeyError:
             unknown = sorted(set(text) - set(self._ids))
-            raise ValueError(
-                f"characters not in the vocabulary: {''.join(unknown)!r}"
-            ) from None
+            raise ValueError(f"characters not in the vocabulary: {''.join(unknown)!r}") from None
 
     def decode(self, ids: Iterable[int]) -> str:
         """The text of a sequence of ids."""

@@ -89,6 +89,8 @@ def per_step_stages(record: RunRecord) -> dict[str, float]:
     steps = record.events("step")
     out: dict[str, float] = {}
     for stage in TRAIN_STAGES:
+        if stage == "comm" and not any("comm" in (s.get("stages") or {}) for s in steps):
+            continue  # only hand-written gradient sync has a communication stage
         m, _, _ = mean_std((s.get("stages") or {}).get(stage) for s in steps)
         out[stage] = m if m is not None else 0.0
     return out

@@ -165,6 +165,11 @@ def parse_options(options: Mapping[str, Any]) -> TextClsOptions:
     )
 
 
+def _first_line(e: BaseException) -> str:
+    lines = str(e).strip().splitlines()
+    return lines[0] if lines else type(e).__name__
+
+
 def _require(module: str) -> Any:
     """Import an optional dependency of the ``text`` extra, or say how to install it."""
     try:
@@ -249,12 +254,15 @@ def pretrained_model(name: str, num_labels: int, *, download: bool) -> tuple[nn.
         net = transformers.AutoModelForSequenceClassification.from_pretrained(
             name, num_labels=num_labels, local_files_only=not download
         )
-    except (OSError, ValueError, ImportError) as e:
-        # Hub, network and cache errors are OSError subclasses; the first line says which.
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    except OSError as e:
+        # Hub, network and cache errors are all OSError subclasses; the first line says which.
         raise DataError(
-            f"cannot download pretrained {name}: offline? ({reason}); set HF_HOME to a cache "
-            f"that holds it, or drop 'pretrained' to build the model from scratch"
+            f"cannot download pretrained {name}: offline? ({_first_line(e)}); set HF_HOME to a "
+            f"cache that holds it, or drop 'pretrained' to build the model from scratch"
+        ) from None
+    except (ValueError, KeyError, ImportError) as e:  # found, but not a sequence classifier
+        raise ConfigError(
+            f"cannot load pretrained {name} as a sequence classifier: {_first_line(e)}"
         ) from None
     return net, tokenizer
 
@@ -277,7 +285,7 @@ def add_lora(net: nn.Module, opts: TextClsOptions) -> tuple[nn.Module, dict[str,
             warnings.filterwarnings("ignore", ".*is_gradient_checkpointing", FutureWarning)
             wrapped = peft.get_peft_model(net, config)
     except ValueError as e:  # peft's "Target modules {...} not found in the base model"
-        raise ConfigError(f"text-cls lora_targets {opts.lora_targets}: {e}") from None
+        raise ConfigError(f"text-cls lora_targets {opts.lora_targets}: {_first_line(e)}") from None
     info = {
         "r": opts.lora_r,
         "alpha": opts.lora_alpha,
