@@ -170,3 +170,12 @@ def test_only_unknown_stages_give_no_findings() -> None:
 def test_context_is_optional() -> None:
     out = findings(COMPUTE_BOUND, 10.0)
     assert stages_of(out) == ["forward"]
+
+
+def test_hand_written_comm_above_its_share_points_to_ddp() -> None:
+    stages = {"data_wait": 0.1, "forward": 1.0, "backward": 1.5, "comm": 1.2, "optimizer": 0.2}
+    found = findings({**stages, "setup": 3.0}, 7.0, {"strategy": "allreduce"})
+    comm = [f for f in found if f.stage == "comm"]
+    assert len(comm) == 1 and comm[0].of == "step"
+    assert comm[0].share == pytest.approx(1.2 / 4.0)
+    assert "--strategy ddp" in comm[0].text and "strategy allreduce" in comm[0].text

@@ -11,13 +11,14 @@ from typing import Any
 
 from trainscope.records.run_dir import STAGE_LABELS, STAGES
 
-STEP_STAGES = ("data_wait", "h2d", "forward", "backward", "optimizer")
+STEP_STAGES = ("data_wait", "h2d", "forward", "backward", "comm", "optimizer")
 # Thresholds of the secondary rules (shares of the step or of the wall time).
 DATA_WAIT_STEP_SHARE = 0.30
 EVALUATION_WALL_SHARE = 0.30
 SETUP_WALL_SHARE = 0.30
 OTHER_WALL_SHARE = 0.10
 H2D_STEP_SHARE = 0.20
+COMM_STEP_SHARE = 0.20
 
 
 @dataclass
@@ -71,6 +72,13 @@ def _suggest(stage: str, share: float, of: str, ctx: dict[str, Any]) -> str:
             f"{label} is {where}: the model's own compute dominates, which is where time "
             f"should go. To make it cheaper: {extra}."
         )
+    if stage == "comm":
+        return (
+            f"{label} is {where}: gradients are synchronised after backward, one collective "
+            f"per tensor (strategy {ctx.get('strategy', '?')}). DDP (--strategy ddp) buckets "
+            "them and overlaps the all-reduce with backward; `trainscope study strategies` "
+            "measures the difference."
+        )
     if stage == "optimizer":
         return (
             f"{label} is {where}: many small parameter tensors make the per-tensor update "
@@ -123,6 +131,7 @@ def findings(
     if step_total > 0:
         rule("data_wait", stages_s.get("data_wait", 0.0) / step_total, "step", DATA_WAIT_STEP_SHARE)
         rule("h2d", stages_s.get("h2d", 0.0) / step_total, "step", H2D_STEP_SHARE)
+        rule("comm", stages_s.get("comm", 0.0) / step_total, "step", COMM_STEP_SHARE)
     rule("evaluation", stages_s.get("evaluation", 0.0) / wall_s, "wall", EVALUATION_WALL_SHARE)
     rule("setup", stages_s.get("setup", 0.0) / wall_s, "wall", SETUP_WALL_SHARE)
     rule("other", stages_s.get("other", 0.0) / wall_s, "wall", OTHER_WALL_SHARE)

@@ -82,6 +82,7 @@ def profile_sections(study: StudyRecord, doc: Document, plots: Path) -> Section:
         "num_workers": first.get("num_workers"),
         "eval_every": (cfg.get("train") or {}).get("eval_every"),
         "log_every": (cfg.get("train") or {}).get("log_every"),
+        "strategy": first.get("strategy", "single"),
     }
     found = findings(means, wall_m or 0.0, ctx)
     for f in found:
