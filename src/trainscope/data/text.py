@@ -271,17 +271,20 @@ class CharWindows(Dataset):
 class WindowLoader:
     """(x, y) batches of windows of a corpus held whole on the device.
 
-    Shuffled (training): each batch is ``batch_size`` window starts drawn uniformly (with
-    replacement) from a device generator seeded once with ``seed``, so the sequence of
-    batches is reproducible and no two epochs repeat. An epoch is
-    ``len(windows) // batch_size`` batches, the size of a DataLoader epoch; with random
-    windows it is a unit of accounting rather than a pass over every window (cap it with
-    ``max_steps_per_epoch``). Not shuffled: consecutive windows in order, batched like a
-    DataLoader (a last short batch unless ``drop_last``).
+    Shuffled (training): each batch is window starts drawn uniformly (with replacement)
+    from a device generator seeded once with ``seed``, so the sequence of batches is
+    reproducible and no two epochs repeat. An epoch is ``len(windows) // global batch``
+    batches, the size of a DataLoader epoch; with random windows it is a unit of accounting
+    rather than a pass over every window (cap it with ``max_steps_per_epoch``). Not
+    shuffled: consecutive windows in order, batched like a DataLoader (a last short batch
+    unless ``drop_last``).
 
-    Data parallel: every rank draws the same global batch (same seed, same generator
-    state) and keeps its contiguous share, rank ``r`` taking windows
-    ``[r * B/W, (r+1) * B/W)``; ``batch_size`` must divide by ``world_size``.
+    Data parallel, with the convention of :func:`trainscope.data.loaders.make_loader`:
+    ``batch_size`` is this rank's share. Every rank draws the same global batch of
+    ``batch_size * world_size`` windows (same seed, generators in step) and keeps its
+    contiguous share, rank ``r`` taking windows ``[r * batch_size, (r+1) * batch_size)``.
+    The ranks' batches of a step together are thus exactly the batch one process with
+    ``batch_size * world_size`` and the same seed would draw.
     """
 
     def __init__(
@@ -301,11 +304,6 @@ class WindowLoader:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
         if world_size < 1 or not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is not in a world of size {world_size}")
-        if batch_size % world_size:
-            raise ValueError(
-                f"batch_size {batch_size} is not divisible by world_size {world_size}: every "
-                f"rank takes an equal share of each batch"
-            )
         self.device = torch.device(device)
         # One copy to the device at setup; every batch afterwards is an index into it.
         self.data = data.to(self.device, dtype=torch.int64)
@@ -314,6 +312,7 @@ class WindowLoader:
         if self.n_windows < 1:
             raise ValueError(f"a corpus of {len(self.data)} ids holds no window of {block_size}")
         self.batch_size = batch_size
+        self.global_batch = batch_size * world_size
         self.shuffle = shuffle
         self.drop_last = drop_last
         self.rank, self.world_size = rank, world_size
@@ -322,23 +321,23 @@ class WindowLoader:
 
     def __len__(self) -> int:
         if self.shuffle:
-            return max(1, self.n_windows // self.batch_size)
-        full, rest = divmod(self.n_windows, self.batch_size)
+            return max(1, self.n_windows // self.global_batch)
+        full, rest = divmod(self.n_windows, self.global_batch)
         return full + (1 if rest and not self.drop_last else 0)
 
-    def _starts(self, b: int) -> torch.Tensor:
+    def _global_starts(self, b: int) -> torch.Tensor:
         if self.shuffle:
             return torch.randint(
-                self.n_windows, (self.batch_size,), generator=self._gen, device=self.device
+                self.n_windows, (self.global_batch,), generator=self._gen, device=self.device
             )
-        lo = b * self.batch_size
-        return torch.arange(lo, min(lo + self.batch_size, self.n_windows), device=self.device)
+        lo = b * self.global_batch
+        return torch.arange(lo, min(lo + self.global_batch, self.n_windows), device=self.device)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        lo, hi = self.rank * self.batch_size, (self.rank + 1) * self.batch_size
         for b in range(len(self)):
-            # The whole global batch is drawn on every rank (keeping the generators in step);
-            # tensor_split gives the contiguous equal shares (and splits a short last batch).
-            starts = self._starts(b).tensor_split(self.world_size)[self.rank]
+            # The whole global batch is drawn on every rank, keeping the generators in step.
+            starts = self._global_starts(b)[lo:hi]
             idx = starts[:, None] + self._offsets  # (B, T) positions in the corpus
             yield self.data[idx], self.data[idx + 1]
 

@@ -18,10 +18,12 @@ from __future__ import annotations
 import math
 import os
 import re
-
-import torch
+from typing import TYPE_CHECKING
 
 from trainscope.errors import ConfigError
+
+if TYPE_CHECKING:  # torch is imported only where a device is queried: reports can use mfu()
+    import torch
 
 ENV_VAR = "TRAINSCOPE_PEAK_FLOPS"
 
@@ -121,6 +123,8 @@ def peak_flops(device: torch.device, precision: str) -> float | None:
     env = _env_peak()
     if env is not None:
         return env
+    import torch
+
     device = torch.device(device)
     if device.type != "cuda":
         return None
