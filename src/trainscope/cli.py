@@ -378,6 +378,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("trainscope: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # e.g. `trainscope sample RUN | head`: the reader left
+        sys.stderr.close()
+        return 0
     except Exception as e:
         if os.environ.get("TRAINSCOPE_DEBUG"):
             raise

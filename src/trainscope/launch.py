@@ -36,14 +36,6 @@ def check_launch(cfg: RunConfig) -> None:
     """Refuse, before any process starts, what cannot run on this node."""
     import torch
 
-    world = cfg.dist.world_size
-    if cfg.data.batch_size % world:
-        # Every multi-process strategy splits the global batch evenly across ranks.
-        raise ConfigError(
-            f"the global batch size {cfg.data.batch_size} does not split evenly across "
-            f"{world} processes: choose a multiple of {world}"
-        )
-
     wants_cuda = cfg.runtime.device.startswith("cuda") or (
         cfg.runtime.device == "auto" and torch.cuda.is_available()
     )
@@ -58,6 +50,13 @@ def check_launch(cfg: RunConfig) -> None:
                 f"--nproc {cfg.dist.nproc} GPU ranks asked for on this node, but it has "
                 f"{gpus} GPU(s); use --nproc {gpus} or --device cpu"
             )
+    world = cfg.dist.world_size
+    if cfg.data.batch_size % world:
+        # Every multi-process strategy splits the global batch evenly across ranks.
+        raise ConfigError(
+            f"the global batch size {cfg.data.batch_size} does not split evenly across "
+            f"{world} processes: choose a multiple of {world}"
+        )
 
 
 def torchrun_argv(cfg: RunConfig, config_file: Path, extra: list[str]) -> list[str]:
