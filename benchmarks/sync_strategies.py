@@ -89,5 +89,6 @@ def main() -> None:
     ratio = med("gather-scatter", "iter_ms") / med("allreduce", "iter_ms")
     print(f"\ngather-scatter / allreduce: {ratio:.2f}x")
 
+
 if __name__ == "__main__":
     main()

@@ -12,6 +12,7 @@ from trainscope.reports.tables import (
     epoch_table,
     fmt_bytes,
     fmt_pct,
+    fmt_rate,
     fmt_seconds,
     latex_escape,
     overview_table,
@@ -216,3 +217,20 @@ def test_html_table_follows_explicit_alignment() -> None:
     assert "<caption>" in html and 'id="tab-epochs"' in html
     plain = Table(["a"], [["x"]])  # no caption or label: no empty caption or id
     assert plain.to_html().startswith("<table>\n<thead>")
+
+
+def test_overview_shows_strategy_tokens_and_mfu_only_where_they_apply() -> None:
+    plain = {r[0] for r in overview_table(SUMMARY).rows}
+    assert not plain & {"Strategy", "Peak memory, largest rank", "Tokens/s", "MFU"}
+    extra = {
+        **SUMMARY,
+        "strategy": "ddp",
+        "world_size": 2,
+        "peak_memory_bytes_max_rank": 3 * 2**20,
+        "tokens_per_s": 12345.6,
+        "mfu": 0.4321,
+    }
+    rows = {r[0]: r[1] for r in overview_table(extra).rows}
+    assert rows["Strategy"] == "ddp x 2"
+    assert rows["Peak memory, largest rank"] == "3.0 MiB"
+    assert rows["MFU"] == "43.21%" and rows["Tokens/s"] == fmt_rate(12345.6)

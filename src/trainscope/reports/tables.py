@@ -357,6 +357,15 @@ def overview_table(summary: dict[str, Any], env: dict[str, Any] | None = None) -
         ("git", _env_get(env, "git_sha")),
     ]
     rows += [[k, str(v)] for k, v in optional if v is not None]
+    # Facts of multi-process and sequence runs, also only where they apply.
+    if summary.get("strategy") not in (None, "single"):
+        rows.append(["Strategy", f"{summary['strategy']} x {summary.get('world_size', 1)}"])
+    if summary.get("peak_memory_bytes_max_rank") is not None:
+        rows.append(["Peak memory, largest rank", fmt_bytes(summary["peak_memory_bytes_max_rank"])])
+    if _is_number(summary.get("tokens_per_s")):
+        rows.append(["Tokens/s", fmt_rate(summary["tokens_per_s"])])
+    if _is_number(summary.get("mfu")):
+        rows.append(["MFU", fmt_pct(summary["mfu"], 2)])
     system = summary.get("system") or {}
     if _is_number(system.get("cpu_percent_mean")):
         rows.append(["CPU use (mean)", f"{system['cpu_percent_mean']:.0f}%"])
