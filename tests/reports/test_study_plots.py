@@ -186,3 +186,11 @@ def test_module_imports_neither_torch_nor_matplotlib() -> None:
         "assert 'torch' not in sys.modules and 'matplotlib' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_running_mean_is_centred_and_shrinks_at_the_ends() -> None:
+    from trainscope.reports.study_plots import running_mean, smoothing_window
+
+    assert running_mean([1.0, 2.0, 3.0, 4.0, 5.0], 3) == [1.5, 2.0, 3.0, 4.0, 4.5]
+    assert smoothing_window(100) == 1
+    assert smoothing_window(675) == 13 and smoothing_window(200) == 5

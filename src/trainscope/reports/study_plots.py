@@ -272,6 +272,28 @@ def per_iteration_plot(
     return _write(fig, png_path)
 
 
+def smoothing_window(n: int) -> int:
+    """Steps averaged per point of a loss curve of ``n`` steps: 1 (none) up to 100 steps,
+    then about n / 50, odd so the window is centred."""
+    if n <= 100:
+        return 1
+    w = max(3, n // 50)
+    return w if w % 2 else w + 1
+
+
+def running_mean(values: Sequence[float], window: int) -> list[float]:
+    """Centred running mean; near the ends the window shrinks to what exists."""
+    half = window // 2
+    prefix = [0.0]
+    for v in values:
+        prefix.append(prefix[-1] + v)
+    out = []
+    for i in range(len(values)):
+        lo, hi = max(0, i - half), min(len(values), i + half + 1)
+        out.append((prefix[hi] - prefix[lo]) / (hi - lo))
+    return out
+
+
 def loss_curves_plot(
     curves: dict[str, tuple[list[int], list[float]]],
     png_path: Path,
@@ -279,7 +301,8 @@ def loss_curves_plot(
     title: str = "",
     ylabel: str = "training loss",
 ) -> list[Path]:
-    """One loss line per label against optimizer step.
+    """One loss line per label against optimizer step (smoothed beyond 100 steps, see
+    :func:`smoothing_window`, with the raw curve faint behind it).
 
     A curve is drawn up to its first nan/inf and its legend says where it went
     non-finite. The y axis is logarithmic when all drawn losses are positive and span
@@ -302,6 +325,19 @@ def loss_curves_plot(
         xs = [p[0] for p in pairs]
         ys = [float(p[1]) for p in pairs]
         drawn += ys
+        window = smoothing_window(len(ys))
+        if window > 1:
+            # Per-step losses of small batches are noisy: the raw curve stays, faint, and
+            # a centred running mean over `window` steps shows the trend in the legend.
+            line = ax.plot(xs, ys, linewidth=0.6, alpha=0.25)[0]
+            ax.plot(
+                xs,
+                running_mean(ys, window),
+                linewidth=1.6,
+                color=line.get_color(),
+                label=f"{text} (mean of {window} steps)",
+            )
+            continue
         # Drawn even when empty, so a run that diverged at once still has a legend entry.
         ax.plot(xs, ys, linewidth=1.3, marker="o" if len(xs) == 1 else None, label=text)
 
