@@ -10,6 +10,14 @@ The bare side is forward, loss, backward, AdamW step, with the loss read every
 median time per step of each and the median of the pairwise ratios:
 
     python benchmarks/gpt_overhead.py --data-dir ../shared/data/tinyshakespeare --runs 7
+
+Between processes this machine varies by about 10%, more than the overhead in question.
+``--interleaved`` therefore also measures inside one process: one model, one batch
+iterator, blocks of ``--block`` steps alternating between the bare step and trainscope's
+``train_epoch`` (same data stream, so neither side pays an iterator start-up), and
+reports the median per-step time of each over ``--rounds`` pairs of blocks:
+
+    python benchmarks/gpt_overhead.py --data-dir ../shared/data/tinyshakespeare --interleaved
 """
 
 from __future__ import annotations
@@ -90,6 +98,84 @@ def one(kind: str, args: argparse.Namespace) -> float:
     return elapsed / args.steps
 
 
+def interleaved(args: argparse.Namespace) -> None:
+    """Alternate blocks of bare and trainscope steps on one model and batch stream."""
+    import torch
+
+    from trainscope.config import DataConfig, WorkloadConfig
+    from trainscope.data.loaders import make_loader
+    from trainscope.precision import Precision
+    from trainscope.profiling.timer import HostStageTimer
+    from trainscope.records import RunWriter
+    from trainscope.train.loop import TrainState, train_epoch
+    from trainscope.workloads.gpt import gpt_char
+
+    torch.manual_seed(0)
+    options = {"preset": args.preset, "dropout": 0.0}
+    wl = gpt_char(WorkloadConfig(name="gpt-char", data_dir=args.data_dir, options=options), Path())
+    cpu = torch.device("cpu")
+    data = make_loader(wl.train_set, DataConfig(batch_size=args.batch_size), train=True, device=cpu)
+    stream = iter(data)
+    model = wl.model
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    state = TrainState(model, opt, Precision(cpu), wl.loss_fn, cpu)
+
+    class Block:
+        """K batches of the shared stream, as a loader train_epoch can take."""
+
+        def __len__(self) -> int:
+            return args.block
+
+        def __iter__(self):  # noqa: ANN204
+            return stream
+
+    def bare_block() -> None:
+        losses = []
+        for step in range(1, args.block + 1):
+            x, y = next(stream)
+            loss = wl.loss_fn(model(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            losses.append(loss.detach())
+            if step % args.log_every == 0:
+                torch.stack(losses).tolist()
+                losses.clear()
+
+    times: dict[str, list[float]] = {"bare": [], "trainscope": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        writer = RunWriter(Path(tmp))
+
+        def on_steps(records: list[dict]) -> None:
+            for r in records:
+                writer.log("step", **r)
+            writer.flush()
+
+        def ts_block() -> None:
+            train_epoch(
+                state, Block(), HostStageTimer(), log_every=args.log_every, on_steps=on_steps
+            )
+
+        bare_block()  # warm-up of both paths, not timed
+        ts_block()
+        for r in range(args.rounds):
+            order = (("bare", bare_block), ("trainscope", ts_block))
+            for kind, fn in order if r % 2 == 0 else order[::-1]:
+                t0 = time.perf_counter()
+                fn()
+                times[kind].append((time.perf_counter() - t0) / args.block)
+        writer.close()
+    ratios = [t / b for t, b in zip(times["trainscope"], times["bare"])]
+    for kind, ts in times.items():
+        print(f"{kind}: median {1e3 * statistics.median(ts):.3f} ms/step over {len(ts)} blocks")
+    of_medians = statistics.median(times["trainscope"]) / statistics.median(times["bare"])
+    print(
+        f"trainscope / bare (interleaved, one process): median of block ratios "
+        f"{statistics.median(ratios):.4f} (min {min(ratios):.4f}, max {max(ratios):.4f}); "
+        f"ratio of medians {of_medians:.4f}"
+    )
+
+
 def main() -> None:
     """Alternate bare and trainscope processes; print medians and the pairwise ratio."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -100,8 +186,14 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--log-every", type=int, default=10)
     ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--interleaved", action="store_true", help="one process, alternating blocks")
+    ap.add_argument("--block", type=int, default=20, help="steps per block (interleaved)")
+    ap.add_argument("--rounds", type=int, default=30, help="pairs of blocks (interleaved)")
     ap.add_argument("--one", choices=("bare", "trainscope"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.interleaved:
+        interleaved(args)
+        return
     if args.one:
         print(json.dumps({"s_per_step": one(args.one, args)}))
         return
