@@ -32,27 +32,33 @@ import time
 from pathlib import Path
 
 
-def one(kind: str, args: argparse.Namespace) -> float:
-    """Seconds per step of one kind, measured in this process."""
+def setup(args: argparse.Namespace) -> tuple:
+    """The gpt-char workload (no dropout), its training DataLoader and an AdamW optimizer."""
     import torch
 
     from trainscope.config import DataConfig, WorkloadConfig
     from trainscope.data.loaders import make_loader
-    from trainscope.precision import Precision
-    from trainscope.profiling.timer import HostStageTimer
-    from trainscope.records import RunWriter
-    from trainscope.train.loop import TrainState, train_epoch
     from trainscope.workloads.gpt import gpt_char
 
     torch.manual_seed(0)
     options = {"preset": args.preset, "dropout": 0.0}
     wl = gpt_char(WorkloadConfig(name="gpt-char", data_dir=args.data_dir, options=options), Path())
-    cpu = torch.device("cpu")
-    loader = make_loader(
-        wl.train_set, DataConfig(batch_size=args.batch_size), train=True, device=cpu
-    )
-    model = wl.model
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    cfg = DataConfig(batch_size=args.batch_size)
+    data = make_loader(wl.train_set, cfg, train=True, device=torch.device("cpu"))
+    return wl, data, torch.optim.AdamW(wl.model.parameters(), lr=1e-3)
+
+
+def one(kind: str, args: argparse.Namespace) -> float:
+    """Seconds per step of one kind, measured in this process."""
+    import torch
+
+    from trainscope.precision import Precision
+    from trainscope.profiling.timer import HostStageTimer
+    from trainscope.records import RunWriter
+    from trainscope.train.loop import TrainState, train_epoch
+
+    wl, loader, opt = setup(args)
+    model, cpu = wl.model, torch.device("cpu")
     total = args.warmup + args.steps
 
     if kind == "bare":
@@ -102,22 +108,14 @@ def interleaved(args: argparse.Namespace) -> None:
     """Alternate blocks of bare and trainscope steps on one model and batch stream."""
     import torch
 
-    from trainscope.config import DataConfig, WorkloadConfig
-    from trainscope.data.loaders import make_loader
     from trainscope.precision import Precision
     from trainscope.profiling.timer import HostStageTimer
     from trainscope.records import RunWriter
     from trainscope.train.loop import TrainState, train_epoch
-    from trainscope.workloads.gpt import gpt_char
 
-    torch.manual_seed(0)
-    options = {"preset": args.preset, "dropout": 0.0}
-    wl = gpt_char(WorkloadConfig(name="gpt-char", data_dir=args.data_dir, options=options), Path())
-    cpu = torch.device("cpu")
-    data = make_loader(wl.train_set, DataConfig(batch_size=args.batch_size), train=True, device=cpu)
+    wl, data, opt = setup(args)
+    model, cpu = wl.model, torch.device("cpu")
     stream = iter(data)
-    model = wl.model
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     state = TrainState(model, opt, Precision(cpu), wl.loss_fn, cpu)
 
     class Block:

@@ -256,6 +256,17 @@ def cmd_sample(args: argparse.Namespace) -> int:
     return 0
 
 
+def _name_list(flag: str, text: str, allowed: Sequence[str]) -> list[str]:
+    """A comma-separated list of names, each one of ``allowed`` (one clear error if not)."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    bad = [n for n in names if n not in allowed]
+    if bad or not names:
+        raise ConfigError(
+            f"--{flag}: unknown {', '.join(bad) or '(empty)'}; choose from {', '.join(allowed)}"
+        )
+    return names
+
+
 def _positive_arg(name: str, value: int) -> int:
     if value < 1:
         raise ConfigError(f"--{name} must be at least 1, got {value}")
@@ -293,23 +304,9 @@ def cmd_study(args: argparse.Namespace) -> int:
     if args.study == "precision":
         from trainscope.config import PRECISIONS
 
-        names = [p.strip() for p in args.precisions.split(",") if p.strip()]
-        bad = [p for p in names if p not in PRECISIONS]
-        if bad or not names:
-            raise ConfigError(
-                f"--precisions: unknown {', '.join(bad) or '(empty)'}; "
-                f"choose from {', '.join(PRECISIONS)}"
-            )
-        options["precisions"] = names
+        options["precisions"] = _name_list("precisions", args.precisions, PRECISIONS)
     if args.study == "strategies":
-        names = [n.strip() for n in args.strategies.split(",") if n.strip()]
-        bad = [n for n in names if n not in STRATEGY_CONFIGS]
-        if bad or not names:
-            raise ConfigError(
-                f"--strategies: unknown {', '.join(bad) or '(empty)'}; "
-                f"choose from {', '.join(STRATEGY_CONFIGS)}"
-            )
-        options["strategies"] = names
+        options["strategies"] = _name_list("strategies", args.strategies, STRATEGY_CONFIGS)
         options["nproc"] = _positive_arg("nproc", nproc)
     import importlib
 
