@@ -106,6 +106,12 @@ REFUSED_BEFORE_RUN: list[tuple[list[str], tuple[str, ...], int]] = [
     # Valid config, impossible here: refused before the run directory exists.
     (["--device", "cpu", "--precision", "tf32"], ("tf32", "CPU"), 1),
     (["--device", "cpu", "--precision", "fp16"], ("fp16", "CPU"), 1),
+    # Workload options, checked by the workload before anything is written.
+    (["--lora-r", "4"], ("workload digits takes no options", "lora_r"), 2),
+    (["--workload", "gpt-char", "--preset", "huge"], ("unknown preset 'huge'",), 2),
+    (["--workload", "gpt-char", "--n-head", "5"], ("divisible by n_head (5)",), 2),
+    (["--workload", "gpt-char", "--set", "workload.options.x=1"], ("unknown option 'x'",), 2),
+    (["--workload", "text-cls", "--model", "gpt9"], ("unknown model 'gpt9'",), 2),
 ]
 
 

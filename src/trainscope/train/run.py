@@ -35,7 +35,7 @@ from trainscope.tracking import Sinks, make_sinks
 from trainscope.train import ranks
 from trainscope.train.console import RunConsole
 from trainscope.train.loop import TrainState, data_step, evaluate, train_epoch, train_step
-from trainscope.workloads import build_workload
+from trainscope.workloads import build_workload, check_options
 from trainscope.workloads.base import Workload
 
 FIRST_LOSSES = 5
@@ -103,6 +103,7 @@ def _run(
     precision = make_precision(cfg.runtime.precision, device)
     strategy = make_strategy(cfg.dist.strategy, info, device)
     strategy.local_batch_size(cfg.data.batch_size)  # an uneven split fails before any file
+    check_options(cfg.workload)  # so does a bad workload option
     # Tracking sinks mirror rank 0 only; a missing package refuses the run up front.
     sinks = make_sinks(cfg.runtime.track if info.is_main else [])
     run_dir = ranks.agree_run_dir(

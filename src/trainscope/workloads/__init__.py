@@ -26,6 +26,32 @@ BUILTINS: dict[str, str] = {
 }
 
 
+# Built-ins whose options are checked before a run starts ("module:function" taking the
+# options mapping and raising ConfigError); the image workloads take none.
+OPTION_CHECKS: dict[str, str] = {
+    "gpt-char": "gpt:check_options",
+    "text-cls": "text_cls:parse_options",
+}
+
+
+def check_options(cfg: WorkloadConfig) -> None:
+    """Refuse bad ``workload.options`` of a built-in workload before anything is written.
+
+    A user's ``pkg.module:factory`` reads its own options, so they are left to it.
+    """
+    if ":" in cfg.name:
+        return
+    spec = OPTION_CHECKS.get(cfg.name)
+    if spec is None:
+        if cfg.options:
+            raise ConfigError(
+                f"workload {cfg.name} takes no options, got {', '.join(map(str, cfg.options))}"
+            )
+        return
+    module, _, attr = spec.partition(":")
+    getattr(importlib.import_module(f"trainscope.workloads.{module}"), attr)(cfg.options)
+
+
 def _builtin(name: str) -> Callable[..., Workload]:
     module, _, attr = BUILTINS[name].partition(":")
     return getattr(importlib.import_module(f"trainscope.workloads.{module}"), attr)

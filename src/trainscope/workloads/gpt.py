@@ -101,6 +101,14 @@ a batch count, so the validation estimate does not change with the batch size.""
 OPTION_KEYS = ("preset", *PRESETS[DEFAULT_PRESET], "eval_windows")
 
 
+def check_options(options: Mapping[str, Any]) -> None:
+    """Raise ConfigError for any bad gpt-char option, without reading the corpus (a run
+    checks this before it creates its run directory). The corpus's size stands in for the
+    vocabulary, which only the corpus knows."""
+    _, fields, _ = resolve_options(options)
+    GPTConfig(vocab_size=65, **fields)
+
+
 def resolve_options(options: Mapping[str, Any]) -> tuple[str, dict[str, Any], int]:
     """``cfg.options`` -> (preset name, GPTConfig fields except vocab_size, eval_windows).
 
