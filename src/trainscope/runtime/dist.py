@@ -130,11 +130,3 @@ def gather_objects(obj: Any, info: DistInfo) -> list[Any]:
     out: list[Any] = [None] * info.world_size
     dist.all_gather_object(out, obj)
     return out
-
-
-def barrier(info: DistInfo) -> None:
-    """Wait for every rank (no-op without a process group)."""
-    if info.distributed and info.world_size > 1:
-        import torch.distributed as dist
-
-        dist.barrier()

@@ -134,8 +134,9 @@ def _run(
     }
     writer.write_summary(summary)  # a killed run leaves "running", never "completed"
     console.start(run_dir, summary)
-    if strategy.describe().get("note"):
-        console.note(strategy.describe()["note"])
+    note = strategy.describe().get("note")  # e.g. DataParallel on a single device
+    if note:
+        console.note(note)
     sinks.start(run_dir, cfg.to_dict(), summary)
     sampler = SystemSampler(
         own_dir / "system.jsonl",
@@ -388,10 +389,8 @@ def _throughput_figures(
         summary["tokens_per_s"] = rate * workload.tokens_per_sample
     if workload.flops_per_sample:
         summary["flops_per_sample"] = workload.flops_per_sample
-        try:
-            from trainscope.profiling.peak import mfu, peak_flops
-        except ImportError:  # pragma: no cover - shipped with the package
-            return
+        from trainscope.profiling.peak import mfu, peak_flops
+
         peak = peak_flops(device, precision)
         summary["peak_flops_per_device"] = peak
         # Every rank's device contributes its peak: MFU is achieved / (peak x devices).
