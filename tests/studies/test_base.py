@@ -306,3 +306,16 @@ def test_a_run_failing_before_its_summary_is_named_in_the_study(tmp_path: Path) 
     assert result.failed == ["run/r2"]
     study = load_study(tmp_path / "s")
     assert [(r.id, why) for r, why in study.failed()] == [("run/r2", "OSError: disk full")]
+
+
+def test_study_json_keeps_the_command_for_the_report(tmp_path, monkeypatch):
+    """Runs in processes of their own (study strategies) cannot record the study command
+    in their env.json; study.json keeps it and the report's Reproduce section shows it."""
+    from trainscope.reports.study_report import build_study_report
+
+    argv = ["/usr/bin/trainscope", "study", "profile", "--epochs", "1"]
+    monkeypatch.setattr("sys.argv", argv)
+    execute(ab_plan(repeats=1, warmup=False), tmp_path / "s", say=quiet, run_fn=FakeRun())
+    assert json.loads((tmp_path / "s" / STUDY_FILE).read_text())["argv"] == argv
+    md = build_study_report(tmp_path / "s").markdown_path.read_text()
+    assert "trainscope study profile --epochs 1" in md

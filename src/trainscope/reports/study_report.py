@@ -143,7 +143,8 @@ def build_study_report(
         build = None
     section = build(study, doc, plots) if build is not None else Section()
     doc.heading("Reproduce", 2)
-    argv = first_env(study).get("argv") or []
+    # study.json keeps the command; older studies only have it in their runs' env.json.
+    argv = study.meta.get("argv") or first_env(study).get("argv") or []
     if len(argv) > 1 and argv[1] == "study":
         doc.paragraph("The command that ran this study (rerun it to resume or repeat it):")
         doc.code("trainscope " + " ".join(shlex.quote(str(a)) for a in argv[1:]))

@@ -104,7 +104,9 @@ def execute(
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     if is_study_dir(study_dir) and not overwrite:  # resuming: keep the first start time
         started = read_study_file(study_dir).get("started_at") or started
-    write_study(study_dir, plan, "running", started_at=started)
+    # The command itself: runs launched in processes of their own cannot tell the report.
+    argv = list(sys.argv)
+    write_study(study_dir, plan, "running", started_at=started, argv=argv)
     result = StudyResult(study_dir=study_dir)
     # Errors of runs that failed before writing a summary of their own (e.g. a full disk
     # at prepare_run_dir): kept in study.json so the report can name them.
@@ -144,7 +146,9 @@ def execute(
             note = " (warm-up, discarded)" if planned.warmup else ""
             say(f"{tag}: {summary.get('status')} in {time.perf_counter() - t0:.2f} s{note}")
     except KeyboardInterrupt:
-        write_study(study_dir, plan, "interrupted", started_at=started, failures=failures)
+        write_study(
+            study_dir, plan, "interrupted", started_at=started, failures=failures, argv=argv
+        )
         raise
     status = "completed" if not result.failed else "completed_with_failures"
     write_study(
@@ -154,6 +158,7 @@ def execute(
         started_at=started,
         finished_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         failures=failures,
+        argv=argv,
     )
     return result
 
