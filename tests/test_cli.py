@@ -254,21 +254,36 @@ def test_existing_out_refused_then_overwritten(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     out_dir = tmp_path / "run"
-    out_dir.mkdir()
+    code, _, err = run_main(capsys, "run", "--out", str(out_dir), *TINY)
+    assert code == 0, err
     notes = _write(out_dir / "notes.txt", "my notes")
-    stale = _write(out_dir / "summary.json", '{"status": "stale"}')
+    first = json.loads((out_dir / "summary.json").read_text())
 
     code, _, err = run_main(capsys, "run", "--out", str(out_dir), *TINY)
     assert code != 0
     one_error_line(err, "already exists", "--overwrite")
-    assert sorted(p.name for p in out_dir.iterdir()) == ["notes.txt", "summary.json"]
-    assert notes.read_text() == "my notes" and stale.read_text() == '{"status": "stale"}'
+    assert json.loads((out_dir / "summary.json").read_text()) == first
 
     code, _, err = run_main(capsys, "run", "--out", str(out_dir), "--overwrite", *TINY)
     assert code == 0, err
-    summary = json.loads(stale.read_text())
+    summary = json.loads((out_dir / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["steps"] == 3
+    assert summary["started_at"] >= first["started_at"]
     assert notes.read_text() == "my notes"  # what the user put there is left alone
+
+
+def test_existing_folder_of_the_user_is_never_overwritten(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out_dir = tmp_path / "run"
+    out_dir.mkdir()
+    stale = _write(out_dir / "summary.json", '{"status": "stale"}')
+    for extra in ([], ["--overwrite"]):
+        code, _, err = run_main(capsys, "run", "--out", str(out_dir), *extra, *TINY)
+        assert code != 0
+        one_error_line(err, "already exists", "no trainscope marker")
+    assert stale.read_text() == '{"status": "stale"}'
+    assert sorted(p.name for p in out_dir.iterdir()) == ["summary.json"]
 
 
 # ------------------------------------------------------------------------ bad MNIST data

@@ -78,8 +78,8 @@ INVALID: list[tuple[dict[str, Any], str]] = [
     ({"train": {"lr": -0.1}}, r"lr must be a finite number > 0, got -0.1"),
     ({"train": {"lr": float("nan")}}, r"lr must be a finite number > 0, got nan"),
     ({"train": {"lr": float("inf")}}, r"lr must be a finite number > 0, got inf"),
-    ({"train": {"momentum": -0.5}}, r"momentum and weight_decay must be >= 0"),
-    ({"train": {"weight_decay": -1e-4}}, r"momentum and weight_decay must be >= 0"),
+    ({"train": {"momentum": -0.5}}, r"momentum must be a finite number >= 0, got -0\.5"),
+    ({"train": {"weight_decay": -1e-4}}, r"weight_decay must be a finite number >= 0"),
     ({"train": {"eval_every": 0}}, r"eval_every must be a positive integer"),
     ({"train": {"log_every": -1}}, r"log_every must be a positive integer"),
     # runtime
@@ -89,7 +89,10 @@ INVALID: list[tuple[dict[str, Any], str]] = [
     ({"runtime": {"device": "CPU"}}, r"unknown device 'CPU'"),
     ({"runtime": {"precision": "fp8"}}, r"unknown precision 'fp8'.*fp32, tf32, fp16, bf16"),
     ({"runtime": {"timing": "fast"}}, r"unknown timing mode 'fast'.*auto, exact"),
-    ({"runtime": {"system_interval_s": 0}}, r"system_interval_s must be > 0"),
+    (
+        {"runtime": {"system_interval_s": 0}},
+        r"system_interval_s must be >= 0\.1 and <= 86400, got 0",
+    ),
     # structure
     ({"nope": 1}, r"unknown config key 'nope'"),
     ({"train": {"nope": 1}}, r"unknown config key train\.nope"),
@@ -206,6 +209,12 @@ def test_merge_into_a_value_is_an_error() -> None:
         merge({"train": {"lr": 0.1}}, {"train.lr.x": 1})
 
 
+def test_merge_refuses_keys_deeper_than_a_config_may_nest() -> None:
+    deep = "workload.options." + ".".join(["x"] * 5000)
+    with pytest.raises(ConfigError, match=r"cannot override 'workload\.options\.x.*more than 32"):
+        merge({}, {deep: 1})
+
+
 def test_merge_does_not_modify_nested_base() -> None:
     base = {"workload": {"options": {"width": 32}}}
     snapshot = copy.deepcopy(base)
@@ -231,7 +240,7 @@ def test_load_yaml_errors(tmp_path: Path) -> None:
     empty = tmp_path / "empty.yaml"
     empty.write_text("")
     assert load_yaml(empty) == {}
-    with pytest.raises(ConfigError, match="does not exist"):
+    with pytest.raises(ConfigError, match="is a directory, not a YAML file"):
         load_yaml(tmp_path)  # a directory is not a config file
 
 
@@ -408,3 +417,183 @@ def test_cli_num_workers_rejects_other_words(
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1
     assert "--num-workers" in err and "expected an integer or auto" in err
+
+
+# ------------------------------- limits: non-finite numbers, huge integers, resources
+
+NAN, INF = float("nan"), float("inf")
+HUGE = 10**400  # an integer no setting can hold (and no float can convert)
+
+# (nested config data, a regex the one-line message must match); each was accepted, or
+# ended in an OverflowError, before these limits existed.
+OUT_OF_BOUNDS: list[tuple[dict[str, Any], str]] = [
+    ({"train": {"lr": HUGE}}, r"lr must be a finite number > 0, got an integer of 401 digits"),
+    ({"train": {"momentum": NAN}}, r"momentum must be a finite number >= 0, got nan"),
+    ({"train": {"momentum": INF}}, r"momentum must be a finite number >= 0, got inf"),
+    ({"train": {"weight_decay": NAN}}, r"weight_decay must be a finite number >= 0, got nan"),
+    ({"train": {"weight_decay": INF}}, r"weight_decay must be a finite number >= 0, got inf"),
+    (
+        {"runtime": {"system_interval_s": 1e-9}},
+        r"system_interval_s must be >= 0\.1 and <= 86400, got 1e-09",
+    ),
+    ({"runtime": {"system_interval_s": 0.09}}, r"system_interval_s must be >= 0\.1 and <= 86400"),
+    ({"runtime": {"system_interval_s": INF}}, r"system_interval_s .* got inf"),
+    ({"runtime": {"system_interval_s": HUGE}}, r"system_interval_s .* 401 digits"),
+    ({"dist": {"timeout_s": INF}}, r"timeout_s must be > 0 and <= 604800, got inf"),
+    ({"dist": {"timeout_s": 1e300}}, r"timeout_s must be > 0 and <= 604800, got 1e\+300"),
+    ({"train": {"seed": HUGE}}, r"seed must be an integer in 0\.\.2\*\*63 - 1, got an integer"),
+    ({"train": {"seed": 2**63}}, r"seed must be an integer in 0\.\.2\*\*63 - 1"),
+    ({"train": {"seed": -1}}, r"seed must be an integer in 0\.\.2\*\*63 - 1, got -1"),
+    ({"data": {"shuffle_seed": 2**64}}, r"shuffle_seed must be an integer in 0\.\.2\*\*63 - 1"),
+    ({"data": {"batch_size": 2**70}}, r"batch_size must be at most 2\*\*63 - 1"),
+    ({"train": {"epochs": HUGE}}, r"epochs must be at most 2\*\*63 - 1"),
+    ({"data": {"num_workers": 100_000}}, r"num_workers 100000 is far beyond .* at most \d+"),
+    ({"data": {"num_workers": 2, "prefetch_factor": 10**9}}, r"prefetch_factor .* at most 64"),
+    ({"dist": {"nproc": 100_000, "strategy": "ddp"}}, r"nproc 100000 is far beyond"),
+    (
+        {"workload": {"name": "synthetic", "synthetic_samples": 10**12}},
+        r"synthetic data of 1000000000000 samples of 1x28x28 would take .* GiB",
+    ),
+    (
+        {"workload": {"name": "synthetic", "synthetic_shape": [1, 100_000, 100_000]}},
+        r"synthetic data .* 1x100000x100000 would take",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("data", "pattern"), OUT_OF_BOUNDS, ids=[repr(d)[:60] for d, _ in OUT_OF_BOUNDS]
+)
+def test_out_of_bounds_values_are_one_line_config_errors(
+    data: dict[str, Any], pattern: str
+) -> None:
+    with pytest.raises(ConfigError, match=pattern) as exc:
+        from_dict(data)
+    assert "\n" not in str(exc.value) and len(str(exc.value)) < 300
+
+
+def test_worker_limit_follows_the_cpus_of_this_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from trainscope.config import max_workers
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)), raising=False)
+    assert max_workers() == 256
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    assert max_workers() == 32  # the floor: small sweeps stay allowed on small machines
+    monkeypatch.delattr(os, "sched_getaffinity")
+    monkeypatch.setattr(os, "cpu_count", lambda: 20)
+    assert max_workers() == 80
+    # The loader study's default sweep (0..10) is allowed on a 2-CPU machine.
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    assert from_dict({"data": {"num_workers": 10}}).data.num_workers == 10
+    with pytest.raises(ConfigError, match=r"at most 32 \(max\(32, 4 x the 2 CPUs"):
+        from_dict({"data": {"num_workers": 33}})
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "edge", "beyond"),
+    [
+        ("train", "seed", 2**63 - 1, 2**63),
+        ("runtime", "system_interval_s", 0.1, 0.0999),
+        ("runtime", "system_interval_s", 86400, 86400.5),
+        ("dist", "timeout_s", 604800, 604800.5),
+        ("data", "prefetch_factor", 64, 65),
+    ],
+)
+def test_limits_are_inclusive(section: str, key: str, edge: Any, beyond: Any) -> None:
+    extra = {"num_workers": 2} if key == "prefetch_factor" else {}
+    cfg = from_dict({section: {key: edge, **extra}})
+    assert getattr(getattr(cfg, section), key) == edge
+    with pytest.raises(ConfigError, match=key):
+        from_dict({section: {key: beyond, **extra}})
+
+
+# ---------------------------------------------------------- YAML that parses but is refused
+
+
+def _billion_laughs(levels: int = 9) -> str:
+    """The classic alias bomb: 10**levels strings from a few hundred bytes."""
+    lines = ['l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for i in range(1, levels + 1):
+        lines.append(f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 10) + "]")
+    return "workload:\n  name: pkg.mod:make\n  options:\n" + "".join(
+        f"    {line}\n" for line in lines
+    )
+
+
+def test_alias_bomb_is_refused_with_bounded_memory(tmp_path: Path) -> None:
+    import tracemalloc
+
+    # What a run writes never holds an alias, even where one list is used twice: asdict
+    # copies it. So refusing aliases costs no config that trainscope wrote.
+    shared = [1, 2]
+    cfg = RunConfig(workload=WorkloadConfig(name="m:f", options={"a": shared, "b": shared}))
+    written = tmp_path / "config.yaml"
+    written.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    assert from_dict(load_yaml(written)) == cfg
+
+    path = tmp_path / "bomb.yaml"
+    path.write_text(_billion_laughs())
+    tracemalloc.start()
+    try:
+        with pytest.raises(ConfigError) as exc:
+            load_yaml(path)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    message = str(exc.value)
+    assert "bomb.yaml uses the YAML alias *l0" in message
+    assert "anchors and aliases are not needed in a trainscope config" in message
+    assert "\n" not in message and peak < 16 * 2**20
+
+
+def test_merge_key_alias_is_refused_too(tmp_path: Path) -> None:
+    path = tmp_path / "merge.yaml"
+    path.write_text("base: &b {epochs: 2}\ntrain:\n  <<: *b\n")
+    with pytest.raises(ConfigError, match=r"merge\.yaml uses the YAML alias \*b \(line 3\)"):
+        load_yaml(path)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["x: " + "[" * 5000 + "]" * 5000 + "\n", "".join(f"{' ' * i}k{i}:\n" for i in range(400))],
+    ids=["flow", "block"],
+)
+def test_deep_nesting_is_refused_not_a_recursion_error(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "deep.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=r"deep\.yaml nests deeper than 32 levels") as exc:
+        load_yaml(path)
+    assert "\n" not in str(exc.value)
+
+
+def test_integer_python_cannot_parse_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "digits.yaml"
+    path.write_text("train:\n  seed: 1" + "0" * 5000 + "\n")
+    with pytest.raises(ConfigError, match=r"digits\.yaml holds an integer of 5001 characters"):
+        load_yaml(path)
+
+
+def test_oversized_and_binary_config_files(tmp_path: Path) -> None:
+    big = tmp_path / "big.yaml"
+    big.write_text("# padding\n" * 200_000)  # 2 MB of valid YAML (comments)
+    with pytest.raises(ConfigError, match=r"big\.yaml is larger than 1 MiB"):
+        load_yaml(big)
+    binary = tmp_path / "model.bin"
+    binary.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe" * 10)
+    with pytest.raises(ConfigError, match=r"model\.bin is not a text file") as exc:
+        load_yaml(binary)
+    assert "\n" not in str(exc.value)
+
+
+def test_safe_load_yaml_bounds_set_values() -> None:
+    from trainscope.config import safe_load_yaml
+
+    assert safe_load_yaml("[1, {a: 2}]", "--set x") == [1, {"a": 2}]
+    with pytest.raises(ConfigError, match=r"--set x uses the YAML alias \*a"):
+        safe_load_yaml("[&a [1, 2], *a]", "--set x")
+    with pytest.raises(ConfigError, match=r"--set x is larger than 1 MiB"):
+        safe_load_yaml("x" * (2 << 20), "--set x")
+    with pytest.raises(yaml.YAMLError):  # not YAML at all: the caller words it
+        safe_load_yaml("[1", "--set x")

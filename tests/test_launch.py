@@ -15,7 +15,14 @@ from torch.distributed.run import get_args_parser
 from trainscope.cli import build_parser, main, overrides_from_args
 from trainscope.config import DistConfig, RunConfig, from_dict, resolve
 from trainscope.errors import ConfigError, DeviceError
-from trainscope.launch import check_launch, needs_launch, torchrun_argv
+from trainscope.launch import (
+    AGENT_CODE,
+    WORKER_CODE,
+    check_launch,
+    launch_env,
+    needs_launch,
+    torchrun_argv,
+)
 
 TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
 CONFIG_FILE = Path("/tmp/cfg.yaml")
@@ -27,8 +34,8 @@ def cfg_with(**dist: Any) -> RunConfig:
 
 
 def parse_torchrun(argv: list[str]) -> Any:
-    """torchrun's own parser over our argv (after ``python -m torch.distributed.run``)."""
-    assert argv[:3] == [sys.executable, "-m", "torch.distributed.run"]
+    """torchrun's own parser over our argv (after ``python -c AGENT_CODE``)."""
+    assert argv[:3] == [sys.executable, "-c", AGENT_CODE]
     return get_args_parser().parse_args(argv[3:])
 
 
@@ -49,10 +56,14 @@ def test_torchrun_argv_one_node_uses_a_private_local_rendezvous() -> None:
     host, port = flag(argv, "rdzv-endpoint").split(":")
     assert host == "127.0.0.1" and 0 < int(port) < 65536
     assert flag(argv, "master-port") is None and flag(argv, "node-rank") is None
-    assert argv[-6:] == ["-m", "trainscope.cli", "run", "--config", str(CONFIG_FILE), "--quiet"]
+    worker = [sys.executable, "-c", WORKER_CODE, "run", "--config", str(CONFIG_FILE), "--quiet"]
+    assert argv[-9:] == ["--no-python", "--", *worker]
     args = parse_torchrun(argv)  # every flag is one torchrun knows
-    assert args.module and args.training_script == "trainscope.cli"
-    assert args.training_script_args == ["run", "--config", str(CONFIG_FILE), "--quiet"]
+    # Workers are started as given (no ``python -m``, which would put the current
+    # directory first on sys.path).
+    assert args.no_python and not args.module and args.training_script == sys.executable
+    assert args.training_script_args == worker[1:]
+    assert "del sys.path[0]" in WORKER_CODE and "del sys.path[0]" in AGENT_CODE
     assert args.rdzv_endpoint == f"127.0.0.1:{port}" and args.nnodes == "1"
 
 
@@ -286,3 +297,10 @@ def test_dist_config_is_validated(dist: dict[str, Any], message: str) -> None:
 def test_valid_dist_configs(dist: dict[str, Any]) -> None:
     d = from_dict({"dist": dist}).dist
     assert d.world_size == d.nproc * d.nnodes
+
+
+def test_launched_processes_get_a_safe_path_and_their_parent(tmp_path: Path) -> None:
+    env = launch_env(str(tmp_path))
+    assert env["PYTHONSAFEPATH"] == "1"  # Python >= 3.11: no current directory on sys.path
+    assert env["TRAINSCOPE_LAUNCH_DIR"] == str(tmp_path)
+    assert env["TRAINSCOPE_PARENT_PID"].isdigit()

@@ -136,3 +136,61 @@ def test_bad_prompt_and_settings(run_dir: Path) -> None:
     with pytest.raises(TrainscopeError, match="top_k"):
         sample_from_run(run_dir, top_k=0)
     assert sample_from_run(run_dir, prompt="t", max_new_tokens=0) == "t"
+
+
+@pytest.mark.parametrize(
+    ("settings", "words"),
+    [
+        ({"temperature": float("nan")}, r"temperature must be a finite number >= 0 .* got nan"),
+        ({"temperature": float("inf")}, r"temperature must be a finite number >= 0 .* got inf"),
+        ({"device": "meta"}, r"device must be auto, cpu, cuda or cuda:N, got 'meta'"),
+        ({"device": "xla"}, r"device must be auto, cpu, cuda or cuda:N, got 'xla'"),
+        ({"seed": 10**23}, r"seed must be an integer in 0\.\.2\*\*63 - 1, got an integer of 24"),
+        ({"seed": -1}, r"seed must be an integer in 0\.\.2\*\*63 - 1, got -1"),
+    ],
+    ids=["temp-nan", "temp-inf", "meta", "xla", "seed-huge", "seed-negative"],
+)
+def test_settings_that_cannot_work_are_one_line_config_errors(
+    run_dir: Path, settings: dict, words: str
+) -> None:
+    from trainscope.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=words) as exc:
+        sample_from_run(run_dir, **settings)
+    assert "\n" not in str(exc.value)
+
+
+def test_auto_device_zero_temperature_and_the_token_bound(run_dir: Path) -> None:
+    from trainscope.errors import ConfigError
+    from trainscope.sample import MAX_NEW_TOKENS, check_settings
+
+    with pytest.raises(ConfigError, match=r"max_new_tokens must be an integer in 0\.\.1000000"):
+        check_settings(MAX_NEW_TOKENS + 1, 0.8, None, 0, "cpu")
+    with pytest.raises(ConfigError, match=r"--tokens must be an integer in 1\.\.1000000, got 0"):
+        check_settings(0, 0.8, None, 0, "cpu", cli=True)
+
+    greedy = sample_from_run(run_dir, prompt="t", max_new_tokens=8, temperature=0.0)
+    assert sample_from_run(run_dir, prompt="t", max_new_tokens=8, temperature=0, device="auto")
+    assert len(greedy) == 9
+    check_settings(1, 0.8, None, 2**63 - 1, "cuda:3")  # the form is right; existence is later
+
+
+@pytest.mark.parametrize("tty", [True, False])
+def test_generated_control_characters_are_shown_not_obeyed_on_a_terminal(
+    run_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tty: bool
+) -> None:
+    """A shared run's vocabulary may hold escape sequences; a terminal shows them."""
+    import sys
+
+    from trainscope import cli
+
+    hostile = "to be\x1b]0;pwned\x07 or \x1b[2J not\r"
+    monkeypatch.setattr("trainscope.sample.sample_from_run", lambda *a, **k: hostile)
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: tty)
+    assert cli.main(["sample", str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    if tty:
+        assert "\x1b" not in out and "\x07" not in out and "\r" not in out
+        assert "\\x1b]0;pwned\\x07" in out
+    else:  # piped to a file: the text as generated
+        assert out == hostile + "\n"

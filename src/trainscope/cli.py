@@ -10,6 +10,7 @@ import argparse
 import os
 import re
 import sys
+import warnings
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
@@ -17,13 +18,14 @@ import yaml
 
 from trainscope import __version__
 from trainscope.cli_flags import RUN_FLAGS
-from trainscope.errors import ConfigError, TrainscopeError
+from trainscope.errors import ConfigError, Terminated, TrainscopeError
+from trainscope.textsafe import one_line, terminal_text
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         # One line, like every other input error of trainscope.
-        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        print(f"{self.prog}: error: {one_line(message)}", file=sys.stderr)
         sys.exit(2)
 
 
@@ -67,10 +69,12 @@ def build_parser() -> argparse.ArgumentParser:
     p_smp.add_argument("run_dir", metavar="RUN_DIR")
     p_smp.add_argument("--prompt", default="\n", help="text to continue (default a newline)")
     p_smp.add_argument("--tokens", type=int, default=500, metavar="N", help="characters (500)")
-    p_smp.add_argument("--temperature", type=float, default=0.8, metavar="T")
-    p_smp.add_argument("--top-k", type=int, default=None, metavar="K")
+    p_smp.add_argument(
+        "--temperature", type=float, default=0.8, metavar="T", help="0 is greedy (default 0.8)"
+    )
+    p_smp.add_argument("--top-k", type=int, default=None, metavar="K", help="keep the K likeliest")
     p_smp.add_argument("--seed", type=int, default=0, metavar="N")
-    p_smp.add_argument("--device", default="cpu", metavar="DEV")
+    p_smp.add_argument("--device", default="cpu", metavar="DEV", help="auto | cpu | cuda | cuda:N")
 
     p_cmp = sub.add_parser(
         "compare",
@@ -174,15 +178,19 @@ _EXPONENT_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+")
 
 def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The dotted config overrides a user typed (flags and --set)."""
+    from trainscope.config import safe_load_yaml, show
+
     out = {dest: getattr(args, dest) for dest, _ in RUN_FLAGS.values() if hasattr(args, dest)}
     for item in args.sets:
         key, sep, raw = item.partition("=")
         if not sep or not key:
-            raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
+            raise ConfigError(f"--set expects KEY=VALUE, got {show(item)}")
         try:
-            value = yaml.safe_load(raw)
+            # Bounded like a config file: no aliases (a "billion laughs" value), no deep
+            # nesting, no oversized text.
+            value = safe_load_yaml(raw, f"--set {key}")
         except yaml.YAMLError:
-            raise ConfigError(f"--set {key}: cannot parse value {raw!r}") from None
+            raise ConfigError(f"--set {key}: cannot parse value {show(raw)}") from None
         if isinstance(value, str) and _EXPONENT_NUMBER.fullmatch(value):
             value = float(value)  # YAML 1.1 reads 3e-3 (no dot) as a string
         out[key] = value
@@ -193,20 +201,40 @@ def cmd_run(args: argparse.Namespace) -> int:
     """``trainscope run``."""
     from trainscope.config import resolve
 
-    cfg = resolve(args.config, overrides_from_args(args))  # validated before any import of torch
+    overrides = overrides_from_args(args)
+    cfg = resolve(args.config, overrides)  # validated before any import of torch
+    _deletion_from_command_line(cfg, overrides, args.config)
     if args.no_progress:
         cfg.runtime.progress = False
     from trainscope.launch import launch, needs_launch
 
     if needs_launch(cfg):
         extra = ["--quiet"] * args.quiet + ["--no-progress"] * args.no_progress
-        return launch(cfg, extra)
+        result = launch(cfg, extra)
+        if result.error is not None:
+            raise TrainscopeError(result.error)
+        return result.code
     from trainscope.train.console import RunConsole
     from trainscope.train.run import run
 
     console = RunConsole(enabled=not args.quiet, progress=cfg.runtime.progress)
     summary = run(cfg, console)
     return 0 if summary["status"] == "completed" else 1
+
+
+def _deletion_from_command_line(cfg: Any, overrides: dict[str, Any], config: str | None) -> None:
+    """Only the command line may make a run replace files: a config file (perhaps one
+    someone shared) can name where to write, never switch on deleting there."""
+    if cfg.overwrite and not overrides.get("overwrite"):
+        raise ConfigError(
+            f"the config file {config} sets overwrite: true; only the --overwrite flag on "
+            "the command line may replace what is in a run directory"
+        )
+    if cfg.overwrite and cfg.out is not None and "out" not in overrides:
+        raise ConfigError(
+            "--overwrite needs --out on the command line too: the directory to replace is "
+            f"not taken from a config file (it names {cfg.out!r})"
+        )
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -241,18 +269,23 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_sample(args: argparse.Namespace) -> int:
     """``trainscope sample RUN_DIR``."""
-    from trainscope.sample import sample_from_run
+    from trainscope.sample import check_settings, sample_from_run
 
+    # Checked here too, so that the messages name the flags the user typed.
+    check_settings(args.tokens, args.temperature, args.top_k, args.seed, args.device, cli=True)
     text = sample_from_run(
         args.run_dir,
         prompt=args.prompt,
-        max_new_tokens=_positive_arg("tokens", args.tokens),
+        max_new_tokens=args.tokens,
         temperature=args.temperature,
         top_k=args.top_k,
         seed=args.seed,
         device=args.device,
     )
-    print(text)
+    # The characters come from the run's vocabulary (vocab.json: record text, perhaps
+    # someone else's): on a terminal, control characters are shown, not obeyed. Piped to
+    # a file, the text is written as generated.
+    print(terminal_text(text, newlines=True) if sys.stdout.isatty() else text)
     return 0
 
 
@@ -319,8 +352,8 @@ def cmd_study(args: argparse.Namespace) -> int:
     out = args.out or _default_study_out(args.study)
 
     def say(text: str) -> None:
-        if not args.quiet:
-            print(text, file=sys.stderr)
+        if not args.quiet:  # run names and errors are record text: shown, never obeyed
+            print(terminal_text(text), file=sys.stderr)
 
     run_fn = None
     if getattr(planner, "FRESH_PROCESS", False):
@@ -351,7 +384,13 @@ def _default_study_out(name: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the console script; returns the exit status."""
+    """Entry point of the console script; returns the exit status.
+
+    Every way a command ends is one line on stderr (or, in a process a trainscope
+    launcher started, a note the launcher turns into that one line): an input error, an
+    unexpected error, Ctrl-C, or SIGTERM/SIGHUP/SIGQUIT, which end a command as Ctrl-C
+    does (see :mod:`trainscope.signals`).
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
@@ -364,29 +403,54 @@ def main(argv: Sequence[str] | None = None) -> int:
         "compare": cmd_compare,
         "sample": cmd_sample,
     }
-    try:
-        return handlers[args.command](args)
-    except ConfigError as e:
-        print(f"trainscope: error: {e}", file=sys.stderr)
-        return 2
-    except TrainscopeError as e:
-        print(f"trainscope: error: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("trainscope: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:  # e.g. `trainscope sample RUN | head`: the reader left
-        sys.stderr.close()
-        return 0
-    except Exception as e:
-        if os.environ.get("TRAINSCOPE_DEBUG"):
-            raise
-        print(
-            f"trainscope: internal error: {type(e).__name__}: {e} "
-            "(set TRAINSCOPE_DEBUG=1 for the traceback)",
-            file=sys.stderr,
-        )
-        return 1
+    from trainscope.signals import signals_end_runs
+
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning
+        try:
+            with signals_end_runs():
+                return handlers[args.command](args)
+        except ConfigError as e:
+            return _end(f"error: {e}", 2)
+        except TrainscopeError as e:
+            return _end(f"error: {e}", 1)
+        except Terminated as e:
+            return _end(str(e), 128 + e.signum, kind="terminated")
+        except KeyboardInterrupt:
+            return _end("interrupted", 130, kind="interrupted")
+        except BrokenPipeError:  # e.g. `trainscope sample RUN | head`: the reader left
+            sys.stderr.close()
+            return 0
+        except Exception as e:
+            if os.environ.get("TRAINSCOPE_DEBUG"):
+                raise
+            return _end(
+                f"internal error: {type(e).__name__}: {e} "
+                "(set TRAINSCOPE_DEBUG=1 for the traceback)",
+                1,
+            )
+
+
+def _end(message: str, code: int, kind: str = "error") -> int:
+    """Print ``trainscope: MESSAGE`` as one line (or leave it for the launcher)."""
+    from trainscope.outcomes import report_end
+
+    text = message.removeprefix("error: ")
+    if not report_end(text, kind):
+        print(f"trainscope: {one_line(message)}", file=sys.stderr)
+    return code
+
+
+_python_showwarning = warnings.showwarning
+
+
+def _show_warning(message: Warning | str, category: type[Warning], *args: Any, **kw: Any) -> None:
+    from trainscope.records.run_dir import RecordWarning
+
+    if not issubclass(category, RecordWarning):
+        return _python_showwarning(message, category, *args, **kw)
+    # Part of a record was left out: one line that says so, no source line.
+    print(f"trainscope: warning: {one_line(str(message))}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -186,6 +186,19 @@ RUN_FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
         "dist.scale_lr",
         {"action": argparse.BooleanOptionalAction, "help": "lr x world size (linear scaling)"},
     ),
+    "--stall-timeout": (
+        "dist.stall_timeout_s",
+        {
+            "type": float,
+            "metavar": "S",
+            "help": "stop a multi-process run when no rank progressed for S seconds, naming "
+            "the ranks behind (default 60)",
+        },
+    ),
+    "--timeout": (
+        "dist.timeout_s",
+        {"type": float, "metavar": "S", "help": "collective timeout in seconds (default 300)"},
+    ),
     "--out": ("out", {"metavar": "DIR", "help": "run directory (default runs/<workload>-<time>)"}),
     "--overwrite": (
         "overwrite",

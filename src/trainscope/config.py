@@ -10,14 +10,18 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from trainscope.errors import ConfigError
+from trainscope.safe_yaml import (  # noqa: F401  (load_yaml, safe_load_yaml re-exported)
+    MAX_YAML_DEPTH,
+    load_yaml,
+    safe_load_yaml,
+)
 from trainscope.tracking import SINK_NAMES  # torch-free: only names, no tracker imported
 
 BUILTIN_WORKLOADS = ("digits", "mnist", "synthetic", "gpt-char", "text-cls")
@@ -32,6 +36,63 @@ BACKENDS = ("auto", "nccl", "gloo")
 DEVICES_RE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 # A user's own workload: "package.module:factory".
 FACTORY_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+# --------------------------------------------------------------------------- limits
+# Bounds on what a config may ask for, so that an absurd value is one clear error before
+# anything runs, not a stalled machine, an exhausted memory or an OverflowError.
+INT_LIMIT = 2**63  # integer settings end up in int64s (torch, numpy, C libraries)
+# Seeds: 0 <= seed < 2**63. torch takes unsigned 64-bit seeds and the loaders add the epoch
+# or the rank to a seed, so the lower half keeps every derived seed valid.
+SEED_LIMIT = 2**63
+# PyTorch's default is 2; more only holds memory, and the DataLoader queues that many
+# indices per worker up front (10**9 would take minutes before the first batch).
+MAX_PREFETCH_FACTOR = 64
+MIN_SYSTEM_INTERVAL_S = 0.1  # below, the sampler costs more than it measures
+MAX_SYSTEM_INTERVAL_S = 86_400.0  # a day; far longer waits overflow the thread's timer
+MAX_DIST_TIMEOUT_S = 7 * 86_400.0  # a week; far longer overflows the timedelta
+
+
+def available_cpus() -> int:
+    """CPUs this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # no sched_getaffinity (macOS, Windows)
+        return os.cpu_count() or 1
+
+
+def max_workers() -> int:
+    """The most worker processes (DataLoader workers, processes per node) a config may ask
+    for here: max(32, 4 x the CPUs available to this process).
+
+    Far more processes than CPUs only add start-up time and memory, and a typo such as
+    100000 would fork until the machine stalls; 32 keeps small sweeps allowed anywhere.
+    """
+    return max(32, 4 * available_cpus())
+
+
+def memory_budget_bytes() -> int:
+    """What one data set or model built in host memory may take: half the machine's
+    physical memory (64 GiB where the OS does not say), leaving room for the copies
+    training makes (normalised tensors, gradients, optimizer state)."""
+    try:
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        total = 0
+    return total // 2 if total > 0 else 64 << 30
+
+
+def gib(n_bytes: float) -> str:
+    """A byte count as GiB for messages, e.g. '11.5 GiB'."""
+    return f"{n_bytes / 2**30:.3g} GiB"
+
+
+def show(value: Any) -> str:
+    """A value for a one-line message: its repr, cut short, and a huge integer by its size
+    (Python refuses to print one of more than 4300 digits)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"an integer of {int(value.bit_length() * math.log10(2)) + 1} digits"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 @dataclass
@@ -64,14 +125,35 @@ class WorkloadConfig:
                 " or give package.module:factory"
             )
         self.synthetic_shape = tuple(self.synthetic_shape)  # YAML gives a list
-        if len(self.synthetic_shape) != 3 or any(int(s) <= 0 for s in self.synthetic_shape):
+        if len(self.synthetic_shape) != 3 or any(
+            not isinstance(s, int) or isinstance(s, bool) or not 0 < s < INT_LIMIT
+            for s in self.synthetic_shape
+        ):
             raise ConfigError(
                 f"synthetic_shape must be three positive sizes (C, H, W), got "
-                f"{list(self.synthetic_shape)}"
+                f"{show(list(self.synthetic_shape))}"
             )
         _positive("synthetic_samples", self.synthetic_samples)
+        _integer("num_classes", self.num_classes)
         if self.num_classes < 2:
             raise ConfigError(f"num_classes must be at least 2, got {self.num_classes}")
+        if self.name == "synthetic":
+            self._check_synthetic_size()
+
+    def _check_synthetic_size(self) -> None:
+        """The synthetic data are made up front in host memory: refuse sizes that cannot
+        fit there, before anything runs."""
+        c, h, w = self.synthetic_shape
+        n = self.synthetic_samples
+        # float32 samples: the training set plus validation and test (a quarter each).
+        need = (n + 2 * max(n // 4, 1)) * c * h * w * 4
+        budget = memory_budget_bytes()
+        if need > budget:
+            raise ConfigError(
+                f"synthetic data of {n} samples of {c}x{h}x{w} would take {gib(need)} of "
+                f"memory, more than the {gib(budget)} allowed (half of this machine's "
+                f"memory): lower synthetic_samples or synthetic_shape"
+            )
 
 
 @dataclass
@@ -102,10 +184,19 @@ class DataConfig:
         if isinstance(self.num_workers, str):
             if self.num_workers != "auto":
                 raise ConfigError(
-                    f"num_workers must be an integer >= 0 or auto, got {self.num_workers!r}"
+                    f"num_workers must be an integer >= 0 or auto, got {show(self.num_workers)}"
                 )
-        elif self.num_workers < 0:
-            raise ConfigError(f"num_workers must be >= 0, got {self.num_workers}")
+        else:
+            _integer("num_workers", self.num_workers)
+            if self.num_workers < 0:
+                raise ConfigError(f"num_workers must be >= 0, got {self.num_workers}")
+            limit = max_workers()
+            if self.num_workers > limit:
+                raise ConfigError(
+                    f"num_workers {show(self.num_workers)} is far beyond this machine: at "
+                    f"most {limit} (max(32, 4 x the {available_cpus()} CPUs available))"
+                )
+        _seed("shuffle_seed", self.shuffle_seed)
         if self.loader not in LOADERS:
             raise ConfigError(f"unknown loader {self.loader!r}: choose one of {', '.join(LOADERS)}")
         if self.loader == "fast":
@@ -121,7 +212,7 @@ class DataConfig:
         if self.prefetch_factor is not None:
             if self.num_workers == 0:
                 raise ConfigError("prefetch_factor needs num_workers > 0")
-            _positive("prefetch_factor", self.prefetch_factor)
+            _positive("prefetch_factor", self.prefetch_factor, MAX_PREFETCH_FACTOR)
 
 
 @dataclass
@@ -160,10 +251,10 @@ class TrainConfig:
             raise ConfigError(
                 f"unknown optimizer {self.optimizer!r}: choose one of {', '.join(OPTIMIZERS)}"
             )
-        if not (self.lr > 0 and math.isfinite(self.lr)):
-            raise ConfigError(f"lr must be a finite number > 0, got {self.lr}")
-        if self.momentum < 0 or self.weight_decay < 0:
-            raise ConfigError("momentum and weight_decay must be >= 0")
+        _number("lr", self.lr, low=0.0, low_open=True)
+        _number("momentum", self.momentum, low=0.0)
+        _number("weight_decay", self.weight_decay, low=0.0)
+        _seed("seed", self.seed)
         _positive("eval_every", self.eval_every)
         _positive("log_every", self.log_every)
 
@@ -202,8 +293,8 @@ class RuntimeConfig:
                 raise ConfigError(
                     f"unknown tracking sink {name!r}: choose from {', '.join(SINK_NAMES)}"
                 )
-        if not self.system_interval_s > 0:
-            raise ConfigError(f"system_interval_s must be > 0, got {self.system_interval_s}")
+        lo, hi = MIN_SYSTEM_INTERVAL_S, MAX_SYSTEM_INTERVAL_S
+        _number("system_interval_s", self.system_interval_s, low=lo, high=hi)
 
 
 @dataclass
@@ -231,6 +322,9 @@ class DistConfig:
     """Multiply the learning rate by the world size (the linear scaling rule)."""
     timeout_s: float = 300.0
     """Seconds a collective may wait before the run fails (a hang becomes an error)."""
+    stall_timeout_s: float = 60.0
+    """Seconds without progress on any rank after which a multi-process run stops, naming
+    the rank(s) behind and the step each reached (instead of waiting for timeout_s)."""
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
@@ -242,11 +336,21 @@ class DistConfig:
                 f"unknown backend {self.backend!r}: choose one of {', '.join(BACKENDS)}"
             )
         _positive("nproc", self.nproc)
+        if self.nproc > max_workers():
+            raise ConfigError(
+                f"nproc {show(self.nproc)} is far beyond this machine: at most {max_workers()} "
+                f"processes per node (max(32, 4 x the {available_cpus()} CPUs available))"
+            )
         _positive("nnodes", self.nnodes)
+        _integer("node_rank", self.node_rank)
         if not 0 <= self.node_rank < self.nnodes:
-            raise ConfigError(f"node_rank must be in 0..{self.nnodes - 1}, got {self.node_rank}")
-        if self.master_port is not None and not 0 < self.master_port < 65536:
-            raise ConfigError(f"master_port must be in 1..65535, got {self.master_port}")
+            raise ConfigError(
+                f"node_rank must be in 0..{self.nnodes - 1}, got {show(self.node_rank)}"
+            )
+        if self.master_port is not None:
+            _integer("master_port", self.master_port)
+            if not 0 < self.master_port < 65536:
+                raise ConfigError(f"master_port must be in 1..65535, got {show(self.master_port)}")
         if self.world_size > 1 and self.strategy not in MULTIPROCESS_STRATEGIES:
             raise ConfigError(
                 f"strategy {self.strategy} runs in one process; several processes "
@@ -258,8 +362,14 @@ class DistConfig:
                 "several nodes need a meeting point: give master_port (with master_addr) "
                 "or rdzv_endpoint"
             )
-        if not self.timeout_s > 0:
-            raise ConfigError(f"timeout_s must be > 0, got {self.timeout_s}")
+        _number("timeout_s", self.timeout_s, low=0.0, low_open=True, high=MAX_DIST_TIMEOUT_S)
+        _number(
+            "stall_timeout_s",
+            self.stall_timeout_s,
+            low=0.0,
+            low_open=True,
+            high=MAX_DIST_TIMEOUT_S,
+        )
 
     @property
     def world_size(self) -> int:
@@ -298,9 +408,43 @@ SECTIONS: dict[str, type] = {
 }
 
 
-def _positive(name: str, value: Any) -> None:
+def _integer(name: str, value: Any) -> None:
+    """An int (not a bool) below INT_LIMIT in size, or one clear error."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ConfigError(f"{name} must be an integer, got {show(value)}")
+    if abs(value) >= INT_LIMIT:
+        raise ConfigError(f"{name} must be below 2**63 in size, got {show(value)}")
+
+
+def _positive(name: str, value: Any, limit: int = INT_LIMIT - 1) -> None:
+    """A positive int of at most ``limit``, or one clear error."""
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        raise ConfigError(f"{name} must be a positive integer, got {show(value)}")
+    if value > limit:
+        bound = "2**63 - 1" if limit == INT_LIMIT - 1 else str(limit)
+        raise ConfigError(f"{name} must be at most {bound}, got {show(value)}")
+
+
+def _seed(name: str, value: Any) -> None:
+    """A seed torch and numpy accept: 0 <= seed < 2**63 (see SEED_LIMIT)."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < SEED_LIMIT:
+        raise ConfigError(f"{name} must be an integer in 0..2**63 - 1, got {show(value)}")
+
+
+def _number(
+    name: str, value: Any, *, low: float, low_open: bool = False, high: float | None = None
+) -> None:
+    """A finite number in range, or one clear error (NaN and infinity are refused: NaN
+    compares false with everything and would slip through a plain range check)."""
+    try:
+        x = float(value) if isinstance(value, (int, float)) else math.nan
+    except OverflowError:  # an int past 1e308
+        x = math.nan
+    ok = math.isfinite(x) and (x > low if low_open else x >= low) and (high is None or x <= high)
+    if isinstance(value, bool) or not ok:
+        bound = f"> {low:g}" if low_open else f">= {low:g}"
+        bound = f"a finite number {bound}" if high is None else f"{bound} and <= {high:g}"
+        raise ConfigError(f"{name} must be {bound}, got {show(value)}")
 
 
 def _check_types(cls: type, values: dict[str, Any], where: str) -> None:
@@ -371,6 +515,8 @@ def merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     out = copy.deepcopy(base)  # never write into the caller's nested dicts
     for dotted, value in overrides.items():
         parts = dotted.split(".")
+        if len(parts) > MAX_YAML_DEPTH:  # as deep as a config file may nest, no deeper
+            raise ConfigError(f"cannot override {show(dotted)}: more than {MAX_YAML_DEPTH} levels")
         node = out
         for p in parts[:-1]:
             node = node.setdefault(p, {})
@@ -378,22 +524,6 @@ def merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
                 raise ConfigError(f"cannot override {dotted}: {p} is not a section")
         node[parts[-1]] = value
     return out
-
-
-def load_yaml(path: str | Path) -> dict[str, Any]:
-    """Read a YAML config file into plain data, with one-line errors."""
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"config file {p} does not exist")
-    try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as e:
-        raise ConfigError(f"config file {p} is not valid YAML: {str(e).splitlines()[0]}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"config file {p} must hold a mapping at the top level")
-    return data
 
 
 def resolve(config_path: str | Path | None, overrides: dict[str, Any]) -> RunConfig:

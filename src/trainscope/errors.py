@@ -19,5 +19,28 @@ class DataError(TrainscopeError):
     """A data set is missing, corrupt or cannot be downloaded."""
 
 
+class DivergedError(TrainscopeError):
+    """Training produced a non-finite loss (NaN or infinity) and was stopped."""
+
+
 class DeviceError(TrainscopeError):
     """The requested device or precision does not exist on this machine."""
+
+
+class Terminated(BaseException):
+    """The process was told to stop by a signal (SIGTERM, SIGHUP, SIGQUIT).
+
+    A BaseException, like KeyboardInterrupt, so that no ``except Exception`` swallows it:
+    it unwinds to the run, which records ``failed`` with the signal's name, and to the
+    CLI, which prints one line and exits with 128 + the signal number.
+    """
+
+    def __init__(self, signum: int) -> None:
+        import signal
+
+        self.signum = signum
+        try:
+            self.signame = signal.Signals(signum).name
+        except ValueError:
+            self.signame = f"signal {signum}"
+        super().__init__(f"terminated by {self.signame}")

@@ -1,7 +1,9 @@
 """Launching: one process in-process, several through torchrun (``torch.distributed.run``).
 
 ``trainscope run --nproc N`` re-runs itself under torchrun: the resolved config goes to a
-temporary YAML file and every worker runs ``python -m trainscope.cli run --config FILE``.
+temporary YAML file and every worker runs ``trainscope run --config FILE``, started as a
+fresh interpreter that imports trainscope exactly as the console script does (never
+``python -m`` from the current directory).
 The same command also works when the user starts it with ``torchrun`` directly; a worker
 knows it was launched from torchrun's environment variables and never launches again.
 
@@ -11,8 +13,9 @@ without CUDA, more GPU ranks than GPUs on this node.
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -21,8 +24,10 @@ from typing import Any
 
 import yaml
 
+from trainscope import outcomes
 from trainscope.config import RunConfig
-from trainscope.errors import ConfigError, DeviceError, TrainscopeError
+from trainscope.errors import ConfigError, DeviceError, Terminated, TrainscopeError
+from trainscope.records.jsonio import try_json_object
 
 
 def needs_launch(cfg: RunConfig) -> bool:
@@ -59,12 +64,31 @@ def check_launch(cfg: RunConfig) -> None:
         )
 
 
+# What every launched Python process runs first: drop the current directory from the
+# front of sys.path (where ``python -c`` puts it, like ``python -m``) so that a file such
+# as ./yaml.py in the folder where the user runs trainscope is never imported in its
+# place; PYTHONSAFEPATH (Python >= 3.11) does the same before the interpreter starts.
+_BOOT = "import sys\nif sys.path and sys.path[0] in ('', '.'):\n    del sys.path[0]\n{body}"
+WORKER_CODE = _BOOT.format(
+    body="from trainscope.signals import die_with_parent\n"
+    "die_with_parent()\n"
+    "from trainscope.cli import main\n"
+    "sys.exit(main())\n"
+)
+AGENT_CODE = _BOOT.format(body="from trainscope.launch_agent import main\nsys.exit(main())\n")
+
+
+def worker_argv(config_file: Path, extra: list[str]) -> list[str]:
+    """``trainscope run --config FILE`` as a launched process runs it."""
+    return [sys.executable, "-c", WORKER_CODE, "run", "--config", str(config_file), *extra]
+
+
 def torchrun_argv(cfg: RunConfig, config_file: Path, extra: list[str]) -> list[str]:
     """The torchrun command line for ``cfg``'s launch settings."""
     from trainscope.runtime.dist import free_port
 
     d = cfg.dist
-    argv = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={d.nproc}"]
+    argv = [sys.executable, "-c", AGENT_CODE, f"--nproc-per-node={d.nproc}"]
     if d.nnodes == 1 and d.rdzv_endpoint is None and d.master_port is None:
         # One node: a private rendezvous on a free local port (what --standalone does,
         # without its reliance on a fixed default port).
@@ -77,26 +101,72 @@ def torchrun_argv(cfg: RunConfig, config_file: Path, extra: list[str]) -> list[s
         # Static rendezvous: node 0 hosts the store at master_addr:master_port.
         argv += [f"--nnodes={d.nnodes}", f"--node-rank={d.node_rank}"]
         argv += [f"--master-addr={d.master_addr}", f"--master-port={d.master_port}"]
-    argv += ["-m", "trainscope.cli", "run", "--config", str(config_file), *extra]
+    # --no-python: each worker is the interpreter started exactly as worker_argv says,
+    # not ``python -m`` (which would put the current directory first on sys.path).
+    argv += ["--no-python", "--", *worker_argv(config_file, extra)]
     return argv
 
 
-def launch(cfg: RunConfig, extra: list[str] | None = None, *, torchrun: bool = True) -> int:
+def launch_env(launch_dir: str) -> dict[str, str]:
+    """The environment of launched processes: safe sys.path, the parent to die with, and
+    the folder where each writes how it ended."""
+    env = dict(os.environ)
+    env["PYTHONSAFEPATH"] = "1"
+    env["TRAINSCOPE_PARENT_PID"] = str(os.getpid())
+    env["TRAINSCOPE_LAUNCH_DIR"] = launch_dir
+    return env
+
+
+def launch(
+    cfg: RunConfig, extra_args: list[str] | None = None, *, torchrun: bool = True
+) -> outcomes.LaunchResult:
     """Start ``cfg``'s processes through torchrun (or, with ``torchrun=False``, one plain
-    ``trainscope run`` process) and wait; returns the exit code."""
+    ``trainscope run`` process) and wait.
+
+    The processes print no error of their own: each leaves how it ended in a private
+    launch folder, and the result carries one line built from those (the earliest real
+    failure, not the ranks that were stopped because of it). If this process is told to
+    stop (Ctrl-C, SIGTERM, ...), it passes the signal on, waits for the processes to
+    record their end, and re-raises; nothing it started outlives it.
+    """
     if torchrun:
         check_launch(cfg)
     with tempfile.TemporaryDirectory(prefix="trainscope-launch-") as tmp:
         path = Path(tmp) / "config.yaml"
-        path.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-        if torchrun:
-            argv = torchrun_argv(cfg, path, list(extra or []))
-        else:
-            argv = [sys.executable, "-m", "trainscope.cli", "run", "--config", str(path)]
-            argv += list(extra or [])
+        # Where to write and whether to replace it go on the workers' command line, as the
+        # user gave them: a config file never switches deletion on (see cli.py).
+        path.write_text(
+            yaml.safe_dump({**cfg.to_dict(), "out": None, "overwrite": False}, sort_keys=False)
+        )
+        extra = [*(["--out", cfg.out] if cfg.out else []), *(["--overwrite"] * cfg.overwrite)]
+        extra += list(extra_args or [])
+        argv = torchrun_argv(cfg, path, extra) if torchrun else worker_argv(path, extra)
         # torchrun sets OMP_NUM_THREADS=1 in each worker unless it is already set: N
         # workers of many threads each would oversubscribe the CPU cores.
-        return subprocess.run(argv, env=dict(os.environ), check=False).returncode
+        code = _wait(subprocess.Popen(argv, env=launch_env(tmp), start_new_session=True))
+        return outcomes.conclude(Path(tmp), code)
+
+
+# Seconds to wait for launched processes to record their end after a signal; torchrun
+# itself gives its workers 30 s before it kills them.
+STOP_GRACE_S = 40.0
+
+
+def _wait(proc: subprocess.Popen) -> int:
+    """Wait for ``proc``; on Ctrl-C or a signal, pass it on, wait, re-raise."""
+    try:
+        return proc.wait()
+    except BaseException as e:
+        sig = e.signum if isinstance(e, Terminated) else signal.SIGINT
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(sig)
+        try:
+            proc.wait(timeout=STOP_GRACE_S)
+        except BaseException:  # still running, or a second Ctrl-C: no more waiting
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        raise
 
 
 def run_any(cfg: RunConfig, console: Any = None, *, fresh_process: bool = False) -> dict[str, Any]:
@@ -111,16 +181,10 @@ def run_any(cfg: RunConfig, console: Any = None, *, fresh_process: bool = False)
         return run(cfg, console)
     if cfg.out is None:
         raise TrainscopeError("a launched run needs an explicit out directory")
-    code = launch(cfg, ["--quiet", "--no-progress"], torchrun=needs_launch(cfg))
-    summary_path = Path(cfg.out) / "summary.json"
-    try:
-        summary = json.loads(summary_path.read_text())
-    except (OSError, ValueError):
+    result = launch(cfg, ["--quiet", "--no-progress"], torchrun=needs_launch(cfg))
+    summary = try_json_object(Path(cfg.out) / "summary.json")
+    if result.code != 0 or summary is None or summary.get("status") != "completed":
         raise TrainscopeError(
-            f"the launched run exited with {code} and left no summary in {cfg.out}"
-        ) from None
-    if code != 0 or summary.get("status") != "completed":
-        raise TrainscopeError(
-            f"the launched run failed (exit {code}): {summary.get('error') or 'see its output'}"
+            f"the launched run failed (exit {result.code}): {result.error or 'see its output'}"
         )
     return summary

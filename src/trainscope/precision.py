@@ -20,6 +20,9 @@ class Precision:
     """fp32: full precision, nothing changed."""
 
     name = "fp32"
+    skips_nonfinite_steps = False
+    """True where a non-finite loss is expected now and then and its step is skipped
+    (fp16's GradScaler); elsewhere a non-finite loss ends the run."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
@@ -90,6 +93,7 @@ class FP16(Precision):
     """float16 autocast with dynamic loss scaling (GradScaler); skipped steps are counted."""
 
     name = "fp16"
+    skips_nonfinite_steps = True
 
     def __init__(self, device: torch.device) -> None:
         super().__init__(device)

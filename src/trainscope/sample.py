@@ -8,22 +8,78 @@ A gpt-char run directory holds everything needed, and nothing is unpickled:
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
 
+from trainscope.config import DEVICES_RE, SEED_LIMIT, show
 from trainscope.errors import ConfigError, TrainscopeError
 
 CONFIG_FILE = "gpt_config.json"
 VOCAB_FILE = "vocab.json"
 WEIGHTS_FILE = "model.safetensors"
+MAX_NEW_TOKENS = 1_000_000
+"""The most characters one call generates (the whole Tiny Shakespeare corpus is 1.1 M)."""
+MAX_JSON_BYTES = 16 << 20
+"""gpt_config.json and vocab.json are a few hundred bytes; a huge one is not a run's."""
+
+# Parameter -> CLI flag, for messages that name what the user typed.
+_FLAGS = {
+    "max_new_tokens": "--tokens",
+    "temperature": "--temperature",
+    "top_k": "--top-k",
+    "seed": "--seed",
+    "device": "--device",
+}
+
+
+def check_settings(
+    max_new_tokens: Any,
+    temperature: Any,
+    top_k: Any,
+    seed: Any,
+    device: Any,
+    *,
+    cli: bool = False,
+) -> None:
+    """Raise a one-line ConfigError for a sampling setting that cannot work (torch-free).
+
+    Tokens 0..MAX_NEW_TOKENS (from 1 with ``cli``); a finite temperature >= 0 (0 is
+    greedy); top_k >= 1 or None; a seed 0 <= seed < 2**63; a device auto, cpu, cuda or
+    cuda:N. With ``cli`` the messages name the command-line flags, not the parameters.
+    """
+
+    def bad(name: str, rule: str, value: Any) -> ConfigError:
+        return ConfigError(f"{_FLAGS[name] if cli else name} must be {rule}, got {show(value)}")
+
+    def is_int(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    least = 1 if cli else 0  # the command has no use for zero characters
+    if not is_int(max_new_tokens) or not least <= max_new_tokens <= MAX_NEW_TOKENS:
+        raise bad("max_new_tokens", f"an integer in {least}..{MAX_NEW_TOKENS}", max_new_tokens)
+    try:
+        temp = float(temperature) if isinstance(temperature, (int, float)) else math.nan
+    except OverflowError:
+        temp = math.nan
+    if isinstance(temperature, bool) or not (math.isfinite(temp) and temp >= 0):
+        raise bad("temperature", "a finite number >= 0 (0 samples greedily)", temperature)
+    if top_k is not None and (not is_int(top_k) or not 1 <= top_k < 2**63):
+        raise bad("top_k", "a positive integer", top_k)
+    if not is_int(seed) or not 0 <= seed < SEED_LIMIT:
+        raise bad("seed", "an integer in 0..2**63 - 1", seed)
+    if not isinstance(device, str) or not DEVICES_RE.match(device):
+        raise bad("device", "auto, cpu, cuda or cuda:N", device)
 
 
 def _read_json(path: Path) -> Any:
     try:
+        if path.stat().st_size > MAX_JSON_BYTES:
+            raise TrainscopeError(f"cannot read {path}: larger than {MAX_JSON_BYTES >> 20} MiB")
         return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        reason = " ".join(str(exc).split())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        reason = " ".join(str(exc).split()) or type(exc).__name__
         raise TrainscopeError(f"cannot read {path}: {reason}") from None
 
 
@@ -40,10 +96,12 @@ def sample_from_run(
 
     Returns the prompt followed by the generated text. Sampling is reproducible for a given
     ``seed`` (and device). ``temperature`` below 1 sharpens the distribution (0 is greedy);
-    ``top_k`` keeps only the k most likely characters at each step. Raises TrainscopeError
-    when ``run_dir`` is not a gpt-char run, a file is missing or unreadable, or the prompt
-    holds characters the model never saw.
+    ``top_k`` keeps only the k most likely characters at each step. ``device`` is auto
+    (CUDA when available), cpu, cuda or cuda:N. Raises ConfigError for a bad setting (see
+    :func:`check_settings`), TrainscopeError when ``run_dir`` is not a gpt-char run, a
+    file is missing or unreadable, or the prompt holds characters the model never saw.
     """
+    check_settings(max_new_tokens, temperature, top_k, seed, device)
     import torch
 
     from trainscope.data.text import CharVocab
@@ -62,12 +120,6 @@ def sample_from_run(
             raise TrainscopeError(
                 f"{root} has no {name}; was the run saved with its weights (train.save_model)?"
             )
-    if max_new_tokens < 0:
-        raise TrainscopeError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-    if temperature < 0:
-        raise TrainscopeError(f"temperature must be >= 0, got {temperature}")
-    if top_k is not None and top_k < 1:
-        raise TrainscopeError(f"top_k must be positive, got {top_k}")
     if not prompt:
         raise TrainscopeError("the prompt must hold at least one character (e.g. a newline)")
 
@@ -90,12 +142,16 @@ def sample_from_run(
     except ValueError as exc:
         raise TrainscopeError(f"prompt: {exc}") from None
 
-    try:
-        dev = torch.device(device)
-    except RuntimeError as exc:
-        raise TrainscopeError(f"unknown device {device!r}: {exc}") from None
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    dev = torch.device(device)  # the form was checked above
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise TrainscopeError(f"device {device!r} asked for, but CUDA is not available here")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise TrainscopeError(
+            f"device {device!r} asked for, but this machine has "
+            f"{torch.cuda.device_count()} CUDA device(s)"
+        )
     from safetensors.torch import load_model
 
     model = GPT(cfg)

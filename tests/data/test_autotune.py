@@ -355,3 +355,73 @@ def test_choosing_leaves_the_global_rng_alone(tmp_path: Path) -> None:
     before = torch.get_rng_state()
     choose_num_workers(ds, auto_cfg(), CPU, workload="w", cache_dir=tmp_path, candidates=[0])
     assert torch.equal(torch.get_rng_state(), before)
+
+
+def _trial(n: int, est: float = 1.0) -> dict[str, object]:
+    return {
+        "num_workers": n,
+        "startup_s": 0.1,
+        "per_batch_s": 0.01,
+        "batches": 3,
+        "epoch_estimate_s": est,
+    }
+
+
+@pytest.mark.parametrize(
+    ("entry", "why"),
+    [
+        ({"chosen": 100_000, "trials": [_trial(0), _trial(100_000)]}, "not a worker count"),
+        ({"chosen": 4, "trials": [_trial(0), _trial(1)]}, "not among the worker counts"),
+        ({"chosen": 1, "trials": []}, "not a list of measurements"),
+        ({"chosen": 1}, "not a list of measurements"),
+        ({"chosen": True, "trials": [_trial(1)]}, "not a worker count"),
+        ({"chosen": 1, "trials": [_trial(1, float("nan"))]}, "not a finite number"),
+        ({"chosen": 1, "trials": [{**_trial(1), "batches": "3"}]}, "not a count"),
+        ({"chosen": 1, "trials": [{**_trial(1), "extra": 1}]}, "fields of a measurement"),
+    ],
+    ids=["huge", "not-tried", "no-trials", "trials-missing", "bool", "nan", "str", "extra"],
+)
+def test_a_tampered_entry_is_measured_again_with_a_note(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, entry: dict, why: str
+) -> None:
+    ds, cfg = small_dataset(), auto_cfg()
+    key = cache_key(ds, cfg, CPU, "w")
+    path = tmp_path / CACHE_FILE
+    path.write_text(json.dumps({"version": CACHE_VERSION, "entries": {key: entry}}))
+    fake = FakeMeasure({0: 1.0, 1: 3.0})
+    monkeypatch.setattr(autotune, "measure", fake)
+    notes: list[str] = []
+    got = choose_num_workers(
+        ds, cfg, CPU, workload="w", cache_dir=tmp_path, candidates=[0, 1], log=notes.append
+    )
+    assert got.cached is False and got.chosen == 0 and fake.tried == [0, 1]
+    assert f"ignoring the cached choice in {path}" in notes[0] and why in notes[0]
+    assert json.loads(path.read_text())["entries"][key]["chosen"] == 0  # replaced
+
+
+def test_a_valid_entry_is_still_trusted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainscope.data.autotune import entry_problem
+
+    entry = {"chosen": 1, "trials": [_trial(0, 2.0), _trial(1, 1.0)], "workload": "w"}
+    assert entry_problem(entry) is None
+    ds, cfg = small_dataset(), auto_cfg()
+    (tmp_path / CACHE_FILE).write_text(
+        json.dumps({"version": CACHE_VERSION, "entries": {cache_key(ds, cfg, CPU, "w"): entry}})
+    )
+    monkeypatch.setattr(autotune, "measure", refuse_to_measure)
+    got = choose_num_workers(ds, cfg, CPU, workload="w", cache_dir=tmp_path, candidates=[0, 1])
+    assert got.cached is True and got.chosen == 1
+
+
+def test_an_oversized_cache_file_is_not_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ds, cfg = small_dataset(), auto_cfg()
+    entry = {"chosen": 1, "trials": [_trial(1)], "pad": "x" * (2 << 20)}
+    (tmp_path / CACHE_FILE).write_text(
+        json.dumps({"version": CACHE_VERSION, "entries": {cache_key(ds, cfg, CPU, "w"): entry}})
+    )
+    fake = FakeMeasure({0: 1.0, 1: 3.0})
+    monkeypatch.setattr(autotune, "measure", fake)
+    got = choose_num_workers(ds, cfg, CPU, workload="w", cache_dir=tmp_path, candidates=[0, 1])
+    assert got.cached is False and fake.tried == [0, 1]

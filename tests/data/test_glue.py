@@ -179,6 +179,16 @@ def test_bad_files_give_one_line_errors(tmp_path: Path, text: str, message: str)
     assert "\n" not in str(info.value)
 
 
+def test_binary_or_unreadable_files_give_one_line_errors(tmp_path: Path) -> None:
+    path = tmp_path / "train.tsv"
+    path.write_bytes(b"sentence\tlabel\n\xff\xfe\x00\x89 not text\t1\n")
+    with pytest.raises(DataError, match=r"train\.tsv is not UTF-8 text") as info:
+        read_glue_tsv(path, GLUE_TASKS["SST-2"])
+    assert "\n" not in str(info.value)
+    with pytest.raises(DataError, match=r"cannot read .*: Is a directory"):
+        read_glue_tsv(tmp_path, GLUE_TASKS["SST-2"])
+
+
 def test_a_byte_order_mark_does_not_rename_the_first_column(tmp_path: Path) -> None:
     path = tmp_path / "train.tsv"
     path.write_text("\ufeffsentence\tlabel\nfine\t1\n", encoding="utf-8")

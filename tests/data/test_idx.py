@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import struct
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -158,3 +159,40 @@ def test_real_mnist_test_set() -> None:
     assert labels.shape == (10_000,) and labels.dtype == np.uint8
     assert np.bincount(labels, minlength=10).tolist() == MNIST_TEST_COUNTS
     assert images.max() == 255 and images.min() == 0
+
+
+def _gzip_with_header(path: Path, shape: tuple[int, ...], payload: bytes) -> Path:
+    header = bytes([0, 0, 0x08, len(shape)]) + struct.pack(f">{len(shape)}I", *shape)
+    path.write_bytes(gzip.compress(header + payload, compresslevel=1))
+    return path
+
+
+def test_header_claiming_more_than_the_stream_holds_costs_no_memory(tmp_path: Path) -> None:
+    # 256 KiB of incompressible bytes: by deflate's bound the file could hold ~270 MB, so
+    # a header claiming 200 MB is plausible until the stream ends. Memory must follow the
+    # bytes that arrive, not the claim.
+    payload = np.random.default_rng(0).integers(0, 256, 256 * 1024, dtype=np.uint8).tobytes()
+    path = _gzip_with_header(tmp_path / "claims-200mb.gz", (200, 1000, 1000), payload)
+    tracemalloc.start()
+    try:
+        with pytest.raises(DataError) as exc:
+            read_idx(path)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert "holds 262144 bytes of data, header says 200000000" in _one_line(exc)
+    assert peak < 16 * 2**20
+
+
+def test_header_beyond_the_in_memory_cap_is_refused_before_reading(tmp_path: Path) -> None:
+    from trainscope.data.idx import MAX_IDX_BYTES
+
+    # 5 MiB of gzip could hold ~5 GiB: the claim passes the deflate bound but not the cap.
+    payload = np.random.default_rng(1).integers(0, 256, 5 << 20, dtype=np.uint8).tobytes()
+    shape = (5, 1 << 15, 1 << 15)  # 5 GiB of uint8
+    path = _gzip_with_header(tmp_path / "claims-5gib.gz", shape, payload)
+    with pytest.raises(DataError) as exc:
+        read_idx(path)
+    message = _one_line(exc)
+    assert f"header announces shape {list(shape)}" in message
+    assert f"at most {MAX_IDX_BYTES >> 30} GiB" in message

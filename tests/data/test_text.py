@@ -328,3 +328,22 @@ def test_real_corpus_matches_the_published_file(shared_data: Path) -> None:
     train, val = split_train_val(ids)
     assert len(train) == 1_003_854 and len(val) == 111_540
     assert vocab.decode(train[:14]) == "First Citizen:"
+
+
+def test_read_text_refuses_a_file_beyond_its_limit_before_reading(tmp_path: Path) -> None:
+    path = tmp_path / "big.txt"
+    path.write_text("abcdefgh" * 1000)
+    assert text.read_text(path, max_bytes=8000) == "abcdefgh" * 1000
+    with pytest.raises(DataError, match=r"big\.txt is larger than 0\.00763 MiB") as exc:
+        text.read_text(path, max_bytes=7999)
+    assert "\n" not in str(exc.value)
+
+
+def test_a_window_batch_beyond_the_windows_is_refused() -> None:
+    data = torch.arange(20) % 5
+    assert len(WindowLoader(data, 4, 16, torch.device("cpu"), shuffle=True)) == 1  # 16 of 16
+    with pytest.raises(DataError, match=r"a batch of 1000000000 windows is more than the 16"):
+        WindowLoader(data, 4, 10**9, torch.device("cpu"), shuffle=True)
+    # Two ranks of 10: a global batch of 20 is more than the 16 windows there are.
+    with pytest.raises(DataError, match=r"a batch of 20 windows is more than the 16"):
+        WindowLoader(data, 4, 10, torch.device("cpu"), shuffle=True, rank=1, world_size=2)

@@ -158,3 +158,41 @@ def test_is_study_dir(tmp_path):
     write_study(tmp_path, two_config_plan(), "running")
     assert is_study_dir(tmp_path)
     assert is_study_dir(str(tmp_path))
+
+
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        (b"[1, 2]", "holds list, not an object"),
+        (b"null", "holds null, not an object"),
+        (b"\xff\xfe binary", "is not UTF-8 text"),
+        (b'{"status": "x"}', "is not a trainscope study file"),
+        (b'{"kind": "loader", "runs": 3}', "is not a trainscope study file"),
+    ],
+)
+def test_a_damaged_study_file_is_one_line(tmp_path, capsys, content, words):
+    from trainscope.cli import main
+
+    (tmp_path / "study.json").write_bytes(content)
+    with pytest.raises(TrainscopeError, match=words):
+        load_study(tmp_path)
+    assert main(["report", str(tmp_path), "-q"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0] and "internal error" not in err[0]
+
+
+@pytest.mark.parametrize(
+    "run",
+    [
+        {"config": "../../outside", "repeat": 1},
+        {"config": "a/b", "repeat": 1},
+        {"config": "a", "repeat": "1"},
+        {"config": "a", "repeat": 1, "labels": [1]},
+        {"config": "a", "bogus": 1},
+        "not a run",
+    ],
+)
+def test_a_damaged_plan_is_one_line(tmp_path, run):
+    (tmp_path / "study.json").write_text(json.dumps({"kind": "loader", "runs": [run]}))
+    with pytest.raises(TrainscopeError, match="holds a damaged plan"):
+        load_study(tmp_path)

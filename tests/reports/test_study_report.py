@@ -253,7 +253,7 @@ def test_loader_study_planned_pin_memory_as_not_applicable(loader_study: Built) 
     ]
     assert not (loader_study.dir / "runs" / "w0-pin").exists()
     md = loader_study.md
-    assert "pin\\_memory variants not run" in md
+    assert "pin_memory variants not run" in md
     assert "CUDA device; this run is on the CPU" in md
 
 
@@ -278,7 +278,7 @@ def test_loader_sweep_numbers_match_the_run_summaries(loader_study: Built) -> No
     assert "fast path (tensors on device)" in labels
     assert not any("pin_memory" in label for label in labels)
     # The markdown table shows the same cells.
-    md_rows = pipe_rows(section(loader_study.md, "Loading time per epoch vs num\\_workers"))
+    md_rows = pipe_rows(section(loader_study.md, "Loading time per epoch vs num_workers"))
     assert md_rows[0][:2] == ["DataLoader", "0"]
     assert [r[2] for r in md_rows] == [r[2] for r in sweep.cells()]
 
@@ -440,7 +440,7 @@ def test_failed_run_is_listed_and_left_out_of_statistics(tmp_path: Path) -> None
     report = build_study_report(study_dir)
     assert report.status == "completed_with_failures"
     md = report.markdown_path.read_text(encoding="utf-8")
-    assert "Study status: **completed\\_with\\_failures**. 2 of 3 planned runs" in md
+    assert "Study status: **completed_with_failures**. 2 of 3 planned runs" in md
     assert "1 run(s) failed; they are left out of the statistics" in md
     assert "- `run/r2`: " in md
     # The error text is shown verbatim, its markup characters escaped.

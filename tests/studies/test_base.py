@@ -43,14 +43,18 @@ class FakeRun:
         self.calls.append(run_id)
         self.configs.append(cfg)
         writer = RunWriter(prepare_run_dir(cfg.out, True))
-        writer.close()
-        error = self.fail.get(len(self.calls)) or self.fail.get(run_id)
-        if error is not None:
-            writer.write_summary({"status": "failed", "error": f"{type(error).__name__}: {error}"})
-            raise error
-        summary = {"status": "completed", "error": None, "lr": cfg.train.lr}
-        writer.write_summary(summary)
-        return summary
+        try:
+            writer.close()
+            error = self.fail.get(len(self.calls)) or self.fail.get(run_id)
+            if error is not None:
+                message = f"{type(error).__name__}: {error}"
+                writer.write_summary({"status": "failed", "error": message})
+                raise error
+            summary = {"status": "completed", "error": None, "lr": cfg.train.lr}
+            writer.write_summary(summary)
+            return summary
+        finally:
+            writer.release()  # as a real run does, however it ends
 
 
 def ab_plan(repeats: int = 2, warmup: bool = True, **extra: PlannedRun) -> StudyPlan:
@@ -221,9 +225,10 @@ def test_refuses_a_non_empty_non_study_dir_and_a_file(tmp_path):
     busy.mkdir()
     (busy / "notes.txt").write_text("mine")
     fake = FakeRun()
-    with pytest.raises(TrainscopeError, match="not a study directory"):
-        execute(ab_plan(), busy, say=quiet, run_fn=fake)
-    assert fake.calls == [] and not (busy / STUDY_FILE).exists()
+    for overwrite in (False, True):  # a user's folder is never taken, --overwrite or not
+        with pytest.raises(TrainscopeError, match="holds no trainscope marker"):
+            execute(ab_plan(), busy, overwrite=overwrite, say=quiet, run_fn=fake)
+    assert fake.calls == [] and sorted(p.name for p in busy.iterdir()) == ["notes.txt"]
     a_file = tmp_path / "file"
     a_file.write_text("x")
     with pytest.raises(TrainscopeError, match="not a directory"):

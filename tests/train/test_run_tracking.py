@@ -17,7 +17,7 @@ def _cfg(out: Path, **runtime: object):
     return from_dict(
         {
             "train": {"epochs": 2, "max_steps_per_epoch": 6, "log_every": 3},
-            "runtime": {"progress": False, "system_interval_s": 0.05, **runtime},
+            "runtime": {"progress": False, "system_interval_s": 0.1, **runtime},
             "out": str(out),
             "overwrite": True,
         }

@@ -132,6 +132,19 @@ def test_lenet_too_small_image(size: int) -> None:
         LeNet5(in_channels=1, image_size=size)
 
 
+@pytest.mark.parametrize(
+    ("size", "classes"), [((100_000, 100_000), 10), ((28, 28), 10**13)], ids=["area", "classes"]
+)
+def test_lenet_of_absurd_size_is_refused_by_its_memory_not_called_too_small(
+    size: tuple[int, int], classes: int
+) -> None:
+    # The head grows with the image area (and the class count): such a model cannot be
+    # built in memory, and the message says so instead of calling the image too small.
+    with pytest.raises(ConfigError, match=r"gives LeNet5 .* parameters .* GiB\), more than") as e:
+        LeNet5(in_channels=1, image_size=size, num_classes=classes)
+    assert "too small" not in str(e.value) and "\n" not in str(e.value)
+
+
 # ---------------------------------------------------------------------------- synthetic
 
 
@@ -225,6 +238,19 @@ def test_mnist_augment_with_identity_transform_matches_plain(mnist_dir: Path, tm
         std=ts.std,
     )
     torch.testing.assert_close(identity[7][0], plain.train_set[7][0], atol=1e-4, rtol=1e-4)
+
+
+def test_mnist_format_files_of_another_image_size_train(tmp_path: Path) -> None:
+    from tests.conftest import write_mnist_dir
+
+    root = write_mnist_dir(tmp_path / "mnist8", n_train=60, n_test=20, size=8)
+    wl = mnist(_mnist_cfg(root), tmp_path / "cache")
+    x, _ = next(iter(torch.utils.data.DataLoader(wl.train_set, batch_size=4)))
+    assert x.shape == (4, 1, 8, 8) and wl.model(x).shape == (4, 10)  # sized from the files
+    assert "MNIST 8x8" in wl.description
+    tiny = write_mnist_dir(tmp_path / "mnist3", n_train=20, n_test=10, size=3)
+    with pytest.raises(DataError, match=r"hold 3x3 images; LeNet5 needs at least 4x4"):
+        mnist(_mnist_cfg(tiny), tmp_path / "cache")
 
 
 def test_mnist_offline_without_data_dir(tmp_path: Path) -> None:

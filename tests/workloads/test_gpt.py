@@ -29,6 +29,7 @@ from trainscope.workloads.gpt import (
     PRESETS,
     GPTConfig,
     LMMetrics,
+    check_options,
     count_params,
     flop_params,
     flops_per_token,
@@ -85,6 +86,52 @@ def workload_cfg(data_dir: Path | None, **options: object) -> WorkloadConfig:
 def test_config_validation(fields: dict, words: str) -> None:
     with pytest.raises(ConfigError, match=words):
         tiny(**fields)
+
+
+@pytest.mark.parametrize(
+    ("options", "words"),
+    [
+        ({"block_size": 10**9}, r"gpt model of 3\.84e\+11 parameters needs .* GiB"),
+        ({"n_layer": 10**6}, r"gpt model of .* parameters needs .* lower n_layer"),
+        ({"block_size": 10**6, "n_embd": 8, "n_head": 1}, r"eval_windows x block_size = 640 x"),
+        ({"eval_windows": 10**8}, r"eval_windows x block_size = 100000000 x 256"),
+    ],
+    ids=["block", "layers", "eval-block", "eval-windows"],
+)
+def test_absurd_sizes_are_refused_before_anything_is_allocated(options: dict, words: str) -> None:
+    with pytest.raises(ConfigError, match=words) as exc:
+        check_options(options)
+    assert "\n" not in str(exc.value)
+
+
+def test_a_corpus_too_short_for_the_split_says_what_it_holds(tmp_path: Path) -> None:
+    from trainscope.workloads.gpt import min_corpus_chars
+
+    (tmp_path / "input.txt").write_text("a")
+    with pytest.raises(DataError) as exc:
+        build_workload(workload_cfg(tmp_path), tmp_path / "cache")
+    message = str(exc.value)
+    assert "input.txt holds 1 character; gpt-char with block_size 256 needs at least 2561" in (
+        message
+    )
+    assert "--block-size" in message and "\n" not in message
+    assert min_corpus_chars(256) == 2561
+    (tmp_path / "input.txt").write_text("ab" * 1280)  # 2560: one short of the split's needs
+    with pytest.raises(DataError, match="holds 2560 characters"):
+        build_workload(workload_cfg(tmp_path), tmp_path / "cache")
+    (tmp_path / "input.txt").write_text("ab" * 1280 + "c")
+    wl = build_workload(workload_cfg(tmp_path, eval_windows=1), tmp_path / "cache")
+    assert len(wl.train_set) == 2304 - 256 and len(wl.val_set) == 1
+
+
+def test_generate_with_a_tiny_temperature_is_greedy_not_nan() -> None:
+    model = small_model()
+    start = torch.randint(65, (1, 5))
+    greedy = generate(model, start, 10, temperature=0.0)
+    cold = generate(model, start, 10, temperature=1e-45, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(cold, greedy)
+    with pytest.raises(ValueError, match="finite"):
+        generate(model, start, 1, temperature=float("nan"))
 
 
 def test_options_default_to_shakespeare_and_override_one_key_at_a_time() -> None:

@@ -10,18 +10,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import platform
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch.utils.data import Dataset
 
-from trainscope.config import DataConfig
+from trainscope.config import DataConfig, max_workers, show
 from trainscope.data.loaders import make_loader
 from trainscope.records.run_dir import atomic_write_json
 
@@ -137,25 +138,71 @@ def measure(
     )
 
 
+MAX_CACHE_BYTES = 1 << 20
+"""A cache file holds a few hundred bytes per workload; a bigger one is not read."""
+
+
 def _load_cache(path: Path) -> dict[str, Any]:
     try:
+        if path.stat().st_size > MAX_CACHE_BYTES:
+            return {}  # not ours, or damaged: measuring again costs seconds, reading it more
         data = json.loads(path.read_text())
         valid = data.get("version") == CACHE_VERSION and isinstance(data.get("entries"), dict)
         return data if valid else {}
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):
         return {}  # a missing or damaged cache only means measuring again
+
+
+def _is_count(value: Any, limit: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= limit
+
+
+def _is_seconds(value: Any) -> bool:
+    # Finite and >= 0; float() cannot overflow here because huge ints are refused first.
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and abs(value) < 1e300
+        and math.isfinite(value)
+        and value >= 0
+    )
+
+
+def entry_problem(entry: Any) -> str | None:
+    """Why a cache entry cannot be trusted, or None when it can.
+
+    The file is the user's to edit (or damage): every field is checked, and a choice is
+    only taken when it is a worker count this machine allows (:func:`max_workers`) and one
+    of the candidates the entry says were measured.
+    """
+    if not isinstance(entry, dict):
+        return "the entry is not a mapping"
+    limit = max_workers()
+    chosen = entry.get("chosen")
+    if not _is_count(chosen, limit):
+        return f"chosen {show(chosen)} is not a worker count in 0..{limit}"
+    trials = entry.get("trials")
+    if not isinstance(trials, list) or not 0 < len(trials) <= limit + 1:
+        return "its trials are not a list of measurements"
+    names = {f.name for f in fields(Trial)}
+    for t in trials:
+        if not isinstance(t, dict) or set(t) != names:
+            return "a trial does not hold the fields of a measurement"
+        if not _is_count(t["num_workers"], limit) or not _is_count(t["batches"], 2**62):
+            return "a trial holds a count that is not a count"
+        if not all(_is_seconds(t[k]) for k in ("startup_s", "per_batch_s", "epoch_estimate_s")):
+            return "a trial holds a time that is not a finite number of seconds"
+    if chosen not in {t["num_workers"] for t in trials}:
+        return f"chosen {chosen} is not among the worker counts it measured"
+    return None
 
 
 def _cached(entry: Any, key: str) -> AutoWorkers | None:
     """A cache entry as a result, or None when it is missing or damaged (measure again)."""
-    try:
-        chosen = entry["chosen"]
-        if isinstance(chosen, bool) or not isinstance(chosen, int) or chosen < 0:
-            return None
-        trials = [Trial(**t) for t in entry.get("trials", [])]
-    except (TypeError, KeyError, AttributeError):
+    if entry is None or entry_problem(entry) is not None:
         return None
-    return AutoWorkers(chosen=chosen, trials=trials, cached=True, key=key)
+    trials = [Trial(**t) for t in entry["trials"]]
+    return AutoWorkers(chosen=entry["chosen"], trials=trials, cached=True, key=key)
 
 
 def _search(
@@ -213,11 +260,15 @@ def choose_num_workers(
         key = cache_key(dataset, cfg, device, workload)
         path = Path(cache_dir) / CACHE_FILE if cache_dir is not None else None
         cache = _load_cache(path) if path is not None else {}
-        hit = _cached(cache.get("entries", {}).get(key), key)
+        entry = cache.get("entries", {}).get(key)
+        hit = _cached(entry, key)
         if hit is not None:
             if log:
                 log(hit.describe())
             return hit
+        if entry is not None and log:
+            why = entry_problem(entry)
+            log(f"num_workers auto: ignoring the cached choice in {path} ({why}); measuring again")
         cands = candidates if candidates is not None else default_candidates()
         trials, seconds = _search(dataset, cfg, device, cands, budget_s, max_batches, log)
     chosen = min(trials, key=lambda t: t.epoch_estimate_s).num_workers

@@ -157,8 +157,18 @@ def read_glue_tsv(path: str | Path, task: GlueTask, *, limit: int | None = None)
 
     Lines are split on tabs and nothing else: GLUE sentences contain unbalanced quotes, so
     a CSV reader with quoting would merge lines. ``limit`` keeps the first rows only.
+    A file that cannot be read or is not UTF-8 text is a one-line DataError.
     """
     path = Path(path)
+    try:
+        return _read_tsv(path, task, limit)
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path} is not UTF-8 text ({_first_line(exc)})") from None
+    except OSError as exc:
+        raise DataError(f"cannot read {path}: {exc.strerror or _first_line(exc)}") from None
+
+
+def _read_tsv(path: Path, task: GlueTask, limit: int | None) -> GlueSplit:
     wanted = [c for c in (task.text_a, task.text_b, task.label_column) if c is not None]
     label_ids = {v: i for i, v in enumerate(task.labels)}
     texts_a: list[str] = []

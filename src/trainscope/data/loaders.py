@@ -10,7 +10,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from trainscope.config import DataConfig
 from trainscope.data.fast import FastLoader, in_memory
-from trainscope.errors import ConfigError
+from trainscope.errors import ConfigError, DataError
 
 
 class BatchLoader(Iterable[tuple[Any, torch.Tensor]], Sized, Protocol):
@@ -48,48 +48,28 @@ def make_loader(
     A data set with its own fast path (a ``fast_loader(batch_size, device, *, shuffle,
     seed, drop_last, rank, world_size)`` method, e.g. a text corpus sampled as windows)
     provides it; ``rank``/``world_size`` ask for this process's share of every batch.
+    A training loader that would yield no batch at all (``drop_last`` with a batch larger
+    than this process's samples) raises DataError: the run would train on nothing.
     """
     bs = cfg.batch_size if batch_size is None else batch_size
-    shard = {"rank": rank, "world_size": world_size} if train else {}
+    loader: BatchLoader
     if cfg.loader == "fast":
-        own = getattr(dataset, "fast_loader", None)
-        if callable(own):
-            return own(
-                bs,
-                device,
-                shuffle=train,
-                seed=cfg.shuffle_seed,
-                drop_last=cfg.drop_last and train,
-                **shard,
-            )
-        split = in_memory(dataset)
-        if split is None:
-            raise ConfigError(
-                f"loader fast needs a data set held in memory as tensors; "
-                f"{type(dataset).__name__} is not one (use --loader torch)"
-            )
-        return FastLoader(
-            split,
-            bs,
-            device,
-            shuffle=train,
-            seed=cfg.shuffle_seed,
-            drop_last=cfg.drop_last and train,
-            **shard,
-        )
-    workers = cfg.num_workers if num_workers is None else num_workers
-    if not isinstance(workers, int):
-        raise ValueError("num_workers='auto' must be resolved before building a loader")
-    kwargs: dict[str, Any] = {
-        "batch_size": bs,
-        "num_workers": workers,
-        "pin_memory": cfg.pin_memory and device.type == "cuda",
-        "persistent_workers": cfg.persistent_workers and workers > 0,
-        "collate_fn": collate_fn,
-    }
-    if cfg.prefetch_factor is not None and workers > 0:
-        kwargs["prefetch_factor"] = cfg.prefetch_factor
-    if train:
+        loader = _fast_loader(dataset, cfg, bs, device, train=train, rank=rank, world=world_size)
+    else:
+        workers = cfg.num_workers if num_workers is None else num_workers
+        if not isinstance(workers, int):
+            raise ValueError("num_workers='auto' must be resolved before building a loader")
+        kwargs: dict[str, Any] = {
+            "batch_size": bs,
+            "num_workers": workers,
+            "pin_memory": cfg.pin_memory and device.type == "cuda",
+            "persistent_workers": cfg.persistent_workers and workers > 0,
+            "collate_fn": collate_fn,
+        }
+        if cfg.prefetch_factor is not None and workers > 0:
+            kwargs["prefetch_factor"] = cfg.prefetch_factor
+        if not train:
+            return DataLoader(dataset, shuffle=False, **kwargs)
         sampler = DistributedSampler(
             dataset,
             num_replicas=world_size,
@@ -98,5 +78,44 @@ def make_loader(
             seed=cfg.shuffle_seed,
             drop_last=cfg.drop_last,
         )
-        return DataLoader(dataset, sampler=sampler, drop_last=cfg.drop_last, **kwargs)
-    return DataLoader(dataset, shuffle=False, **kwargs)
+        loader = DataLoader(dataset, sampler=sampler, drop_last=cfg.drop_last, **kwargs)
+    if train and cfg.drop_last and len(loader) == 0:
+        # A batch larger than the data is one batch of all of it, as in PyTorch; with
+        # drop_last that batch is dropped and nothing is left.
+        per = " per process" if world_size > 1 else ""
+        n = len(dataset) // world_size  # type: ignore[arg-type]
+        raise DataError(
+            f"batch size {bs} is larger than the {n} training samples{per}, and drop_last "
+            f"leaves no batch to train on: lower the batch size or turn drop_last off"
+        )
+    return loader
+
+
+def _fast_loader(
+    dataset: Dataset,
+    cfg: DataConfig,
+    bs: int,
+    device: torch.device,
+    *,
+    train: bool,
+    rank: int,
+    world: int,
+) -> BatchLoader:
+    """The fast path: the data set's own (a text corpus), or batches indexed in memory."""
+    shard = {"rank": rank, "world_size": world} if train else {}
+    own = getattr(dataset, "fast_loader", None)
+    if callable(own):
+        return own(
+            bs, device, shuffle=train, seed=cfg.shuffle_seed, drop_last=cfg.drop_last and train,
+            **shard,
+        )  # fmt: skip
+    split = in_memory(dataset)
+    if split is None:
+        raise ConfigError(
+            f"loader fast needs a data set held in memory as tensors; "
+            f"{type(dataset).__name__} is not one (use --loader torch)"
+        )
+    return FastLoader(
+        split, bs, device, shuffle=train, seed=cfg.shuffle_seed,
+        drop_last=cfg.drop_last and train, **shard,
+    )  # fmt: skip

@@ -134,11 +134,24 @@ def ensure_shakespeare(
     return download_shakespeare(path)
 
 
-def read_text(path: str | os.PathLike[str]) -> str:
-    """The file's text (UTF-8); DataError when it cannot be read, is not UTF-8 or is empty."""
+MAX_TEXT_BYTES = 256 << 20
+"""The largest corpus read: it is held in memory as text and as int64 ids (about 17 bytes
+per character while it is encoded); Tiny Shakespeare is 1.1 MB."""
+
+
+def read_text(path: str | os.PathLike[str], max_bytes: int = MAX_TEXT_BYTES) -> str:
+    """The file's text (UTF-8); DataError when it cannot be read, is not UTF-8, is empty or
+    is larger than ``max_bytes`` (checked before reading)."""
     path = Path(path)
     try:
-        text = path.read_bytes().decode("utf-8")
+        with path.open("rb") as f:
+            raw = f.read(max_bytes + 1)  # never more, whatever the file is
+        if len(raw) > max_bytes:
+            raise DataError(
+                f"{path} is larger than {max_bytes / 2**20:.3g} MiB, the most a character "
+                f"corpus may hold (it is kept in memory)"
+            )
+        text = raw.decode("utf-8")
     except OSError as exc:
         raise DataError(f"cannot read {path}: {_one_line(exc)}") from None
     except UnicodeDecodeError as exc:
@@ -313,6 +326,14 @@ class WindowLoader:
             raise ValueError(f"a corpus of {len(self.data)} ids holds no window of {block_size}")
         self.batch_size = batch_size
         self.global_batch = batch_size * world_size
+        if shuffle and self.global_batch > self.n_windows:
+            # Windows are drawn with replacement, so any batch size would "work", but a
+            # batch is allocated whole: beyond the windows there are, it is only memory.
+            raise DataError(
+                f"a batch of {self.global_batch} windows is more than the {self.n_windows} "
+                f"windows of {block_size} characters the training text holds: lower the "
+                f"batch size"
+            )
         self.shuffle = shuffle
         self.drop_last = drop_last
         self.rank, self.world_size = rank, world_size

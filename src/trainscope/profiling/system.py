@@ -7,7 +7,6 @@ its cost on the training loop is negligible (the loop benchmark includes it).
 
 from __future__ import annotations
 
-import json
 import resource
 import sys
 import threading
@@ -17,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+
+from trainscope.records.jsonio import dumps
 
 
 def _nvml_handles() -> tuple[Any, list[Any]]:
@@ -92,7 +93,7 @@ class SystemSampler:
         while not self._stop.wait(self.interval_s):
             rec = self.sample()
             self.samples.append(rec)
-            out.write(json.dumps(rec) + "\n")
+            out.write(dumps(rec) + "\n")
             out.flush()
             if self._on_sample is not None:
                 self._on_sample(rec)  # e.g. Sinks.log_system, which never raises

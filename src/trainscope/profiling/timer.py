@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -117,7 +118,41 @@ class CudaEventStageTimer:
         return out
 
 
-StageTimer = HostStageTimer | CudaEventStageTimer
+class ProgressTimer:
+    """A stage timer that also tells a stall watchdog where this rank is.
+
+    Every stage boundary advances the :class:`~trainscope.runtime.watchdog.Progress` (a
+    few attribute writes): a step's start as entering ``data_wait``, each mark as leaving
+    the stage it closes. All ranks pass the same boundaries, so their positions compare.
+    """
+
+    def __init__(self, timer: HostStageTimer | CudaEventStageTimer, progress: Any) -> None:
+        self.timer = timer
+        self.kind = timer.kind
+        self.progress = progress
+        self.step = 0
+
+    def start_step(self) -> None:
+        """Begin a step (see the wrapped timer)."""
+        self.step += 1
+        self.progress.advance(self.step, "data_wait")
+        self.timer.start_step()
+
+    def mark(self, stage: str) -> None:
+        """Close ``stage`` (see the wrapped timer)."""
+        self.timer.mark(stage)
+        self.progress.advance(self.step, f"after {stage}")
+
+    def end_step(self) -> None:
+        """Finish the step (see the wrapped timer)."""
+        self.timer.end_step()
+
+    def resolve(self, block: bool = False) -> list[StepTimes]:
+        """Stage times of the finished steps (see the wrapped timer)."""
+        return self.timer.resolve(block=block)
+
+
+StageTimer = HostStageTimer | CudaEventStageTimer | ProgressTimer
 
 
 def make_stage_timer(device: torch.device, mode: str) -> StageTimer:

@@ -7,17 +7,19 @@ A run directory holds::
     metrics.jsonl    append-only events: {"event": "step" | "epoch" | "eval" | ...}
     system.jsonl     sampled CPU / RAM / GPU metrics with timestamps
     summary.json     written last and atomically; "status" is "running" until the end
+    .trainscope      the marker: trainscope wrote this directory, and which files in it
 
 This package is torch-free so that reports can be built on any machine.
 """
 
+from trainscope.records.jsonio import atomic_write_json
+from trainscope.records.ownership import OwnedDir, claim_dir, clear_owned
 from trainscope.records.run_dir import (
     RUN_FILES,
     STAGE_LABELS,
     STAGES,
     RunRecord,
     RunWriter,
-    atomic_write_json,
     load_run,
     prepare_run_dir,
 )
@@ -28,6 +30,9 @@ __all__ = [
     "STAGE_LABELS",
     "RunRecord",
     "RunWriter",
+    "OwnedDir",
+    "claim_dir",
+    "clear_owned",
     "atomic_write_json",
     "load_run",
     "prepare_run_dir",

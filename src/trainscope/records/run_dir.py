@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -12,11 +12,13 @@ from typing import Any, TextIO
 import yaml
 
 from trainscope.errors import TrainscopeError
+from trainscope.records.jsonio import atomic_write_json, dumps, read_json_object
+from trainscope.records.ownership import OwnedDir, claim_dir
 
 SCHEMA_VERSION = 1
 
-# Every file a run may write; prepare_run_dir() refuses to reuse a directory holding any
-# other file unless asked to overwrite.
+# The files every run writes (a run also records, as it writes them, its workload's
+# artifacts and what tracking sinks and the ranks put in their folders).
 RUN_FILES = (
     "config.yaml",
     "env.json",
@@ -25,7 +27,6 @@ RUN_FILES = (
     "summary.json",
     "model.safetensors",
 )
-RUN_FOLDERS = ("report", "tensorboard", "wandb", "ranks")
 
 # Stages of a run in the order they are shown. Their seconds add up to wall_time_s:
 # "other" is computed as wall - sum(the rest) and is reported, never hidden.
@@ -53,68 +54,23 @@ STAGE_LABELS = {
 }
 
 
-def atomic_write_json(path: Path, obj: Any) -> None:
-    """Write ``obj`` as JSON to ``path`` so a reader sees the old file or the new, never half."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=2, sort_keys=False, default=_json_default)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        # mkstemp makes the file private (0600); give it the mode a plain open() would.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def prepare_run_dir(
+    path: str | os.PathLike, overwrite: bool = False, kind: str = "run"
+) -> OwnedDir:
+    """Create (or, with ``overwrite``, clear of what trainscope wrote) the run directory.
 
-
-def _json_default(obj: Any) -> Any:
-    # numpy scalars and Paths show up in summaries; everything else is a bug.
-    if hasattr(obj, "item"):
-        return obj.item()
-    if isinstance(obj, Path):
-        return str(obj)
-    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
-
-
-def prepare_run_dir(path: str | os.PathLike, overwrite: bool = False) -> Path:
-    """Create (or, with ``overwrite``, empty of run files) the run directory.
-
-    Refuses an existing non-empty directory unless ``overwrite`` is set, and checks that
-    the directory is writable before any training starts.
+    Refuses an existing non-empty directory unless ``overwrite`` is set, refuses even then
+    a directory trainscope did not mark as its own, and holds the directory's lock until
+    the returned :class:`OwnedDir` is released (a second run into it is refused meanwhile).
+    Checks that the directory is writable before any training starts.
     """
-    run_dir = Path(path)
-    if run_dir.exists() and not run_dir.is_dir():
-        raise TrainscopeError(f"--out {run_dir} exists and is not a directory")
-    if run_dir.is_dir() and any(run_dir.iterdir()):
-        if not overwrite:
-            raise TrainscopeError(
-                f"--out {run_dir} already exists and is not empty (pass --overwrite to replace it)"
-            )
-        # Only remove what a run writes; anything else the user put there is left alone.
-        for name in RUN_FILES:
-            (run_dir / name).unlink(missing_ok=True)
-        # Folders a run (report, tracking sinks) writes: stale event files would otherwise
-        # mix with the new run's in TensorBoard.
-        for folder in RUN_FOLDERS:
-            sub = run_dir / folder
-            if sub.is_dir():
-                for p in sorted(sub.rglob("*"), reverse=True):
-                    p.rmdir() if p.is_dir() and not p.is_symlink() else p.unlink()
-                sub.rmdir()
+    owned = claim_dir(path, kind, existing="clear" if overwrite else "refuse")
     try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        probe = run_dir / ".write-test"
-        probe.write_text("")
-        probe.unlink()
+        owned.record(*RUN_FILES)  # listed before written: a killed run stays removable
     except OSError as e:
-        raise TrainscopeError(f"--out {run_dir} is not writable: {e.strerror or e}") from None
-    return run_dir
+        owned.release()
+        raise TrainscopeError(f"--out {owned.path} is not writable: {e.strerror or e}") from None
+    return owned
 
 
 class RunWriter:
@@ -122,16 +78,25 @@ class RunWriter:
 
     ``metrics.jsonl`` lines are flushed when :meth:`flush` is called (the loop does so at
     every resolution point), so a killed run leaves every line but possibly the last.
+    Every line and file is strict JSON: a non-finite number is written as null.
     """
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: OwnedDir | Path) -> None:
+        self.owned = run_dir if isinstance(run_dir, OwnedDir) else None
         self.run_dir = Path(run_dir)
-        self._metrics: TextIO = open(self.run_dir / "metrics.jsonl", "a", buffering=1 << 16)
+        self._metrics: TextIO = open(
+            self.run_dir / "metrics.jsonl", "a", buffering=1 << 16, encoding="utf-8"
+        )
+
+    def record(self, *files: str, dirs: tuple[str, ...] = ()) -> None:
+        """Note files (and folders) in the directory's marker before writing them."""
+        if self.owned is not None:
+            self.owned.record(*files, dirs=dirs)
 
     def write_config(self, config_dict: dict[str, Any]) -> None:
         """Save the resolved config as YAML (loadable by ``trainscope run --config``)."""
         text = yaml.safe_dump(config_dict, sort_keys=False)
-        (self.run_dir / "config.yaml").write_text(text)
+        (self.run_dir / "config.yaml").write_text(text, encoding="utf-8")
 
     def write_env(self, env: dict[str, Any]) -> None:
         """Save the environment description."""
@@ -139,8 +104,7 @@ class RunWriter:
 
     def log(self, event: str, **fields: Any) -> None:
         """Append one event line to metrics.jsonl (buffered until :meth:`flush`)."""
-        rec = {"event": event, **fields}
-        self._metrics.write(json.dumps(rec, default=_json_default) + "\n")
+        self._metrics.write(dumps({"event": event, **fields}) + "\n")
 
     def flush(self) -> None:
         """Push buffered metric lines to the file."""
@@ -156,6 +120,16 @@ class RunWriter:
         if not self._metrics.closed:
             self._metrics.flush()
             self._metrics.close()
+
+    def release(self) -> None:
+        """Close, then give up the directory's lock (the run is over)."""
+        self.close()
+        if self.owned is not None:
+            self.owned.release()
+
+
+class RecordWarning(UserWarning):
+    """Part of a record could not be read; the rest is reported (shown as one line)."""
 
 
 @dataclass
@@ -175,38 +149,72 @@ class RunRecord:
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
+    """The JSON objects of a .jsonl file, one per line; lines that are not are skipped."""
+    if not path.is_file():
         return []
-    out = []
-    for line in path.read_text().splitlines():
-        if not line.strip():
+    out, bad = [], 0
+    with open(path, "rb") as f:
+        lines = f.read().splitlines()
+    for i, raw in enumerate(lines):
+        if not raw.strip():
             continue
         try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            # A killed run may leave its last line half written; keep what is whole.
+            obj = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            # A killed run may leave its last line half written: that one is expected.
+            bad += i != len(lines) - 1
             continue
+        if isinstance(obj, dict):
+            out.append(obj)
+        else:
+            bad += 1
+    if bad:
+        warnings.warn(
+            f"{path}: skipped {bad} line(s) that are not JSON objects; reporting the rest",
+            RecordWarning,
+            stacklevel=2,
+        )
     return out
 
 
+def _read_json_object(path: Path, *, required: bool) -> dict[str, Any]:
+    """A JSON object from ``path``: one-line error if required, else a warning and {}."""
+    try:
+        return read_json_object(path)
+    except TrainscopeError as e:
+        if required:
+            raise
+        warnings.warn(f"{e}; left out", RecordWarning, stacklevel=2)
+        return {}
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    """config.yaml as plain data, or {} with a warning (a report never needs it whole)."""
+    from trainscope.safe_yaml import load_yaml
+
+    try:
+        return load_yaml(path)
+    except TrainscopeError as e:
+        warnings.warn(f"{e}; left out", RecordWarning, stacklevel=2)
+        return {}
+
+
 def load_run(path: str | os.PathLike) -> RunRecord:
-    """Read a run directory; a missing or unreadable summary is a clear error."""
+    """Read a run directory; a missing or unreadable summary is a clear error.
+
+    Anything else that cannot be read (env.json, config.yaml, single lines of the .jsonl
+    files) is left out with a :class:`RecordWarning`, and the rest is reported.
+    """
     run_dir = Path(path)
     summary_path = run_dir / "summary.json"
     if not run_dir.is_dir():
         raise TrainscopeError(f"{run_dir} is not a directory")
-    if not summary_path.exists():
+    if not summary_path.is_file():
         raise TrainscopeError(f"{run_dir} is not a run directory (no summary.json)")
-    try:
-        summary = json.loads(summary_path.read_text())
-    except json.JSONDecodeError as e:
-        raise TrainscopeError(f"{summary_path} is not valid JSON: {e}") from None
-    config: dict[str, Any] = {}
-    if (run_dir / "config.yaml").exists():
-        config = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
-    env: dict[str, Any] = {}
-    if (run_dir / "env.json").exists():
-        env = json.loads((run_dir / "env.json").read_text())
+    summary = _read_json_object(summary_path, required=True)
+    config = _read_config(run_dir / "config.yaml") if (run_dir / "config.yaml").exists() else {}
+    env_path = run_dir / "env.json"
+    env = _read_json_object(env_path, required=False) if env_path.exists() else {}
     return RunRecord(
         path=run_dir,
         summary=summary,

@@ -12,14 +12,15 @@ Reports read only this: the plan says which run is which, the run records say wh
 
 from __future__ import annotations
 
-import json
 import os
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from trainscope.errors import TrainscopeError
-from trainscope.records.run_dir import RunRecord, atomic_write_json, load_run
+from trainscope.records.jsonio import atomic_write_json, read_json_object
+from trainscope.records.run_dir import RunRecord, load_run
 
 STUDY_FILE = "study.json"
 STUDY_SCHEMA_VERSION = 1
@@ -104,10 +105,10 @@ def read_study_file(study_dir: Path) -> dict[str, Any]:
     path = Path(study_dir) / STUDY_FILE
     if not path.is_file():
         raise TrainscopeError(f"{study_dir} is not a study directory (no {STUDY_FILE})")
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise TrainscopeError(f"{path} is not valid JSON: {e}") from None
+    data = read_json_object(path)
+    if not isinstance(data.get("kind"), str) or not isinstance(data.get("runs", []), list):
+        raise TrainscopeError(f"{path} is not a trainscope study file (no kind or runs)")
+    return data
 
 
 @dataclass
@@ -156,11 +157,29 @@ class StudyRecord:
         return out
 
 
+def _check_planned(r: PlannedRun) -> None:
+    """A planned run whose name is one path component: a damaged or hostile study.json
+    must not point reports at files outside the study. (Any other text in the name is
+    escaped wherever it is shown.)"""
+    name = r.config
+    if not isinstance(name, str) or name in ("", ".", "..") or re.search(r"[/\\\x00]", name):
+        raise ValueError(f"configuration name {name!r}")
+    if not isinstance(r.repeat, int) or isinstance(r.repeat, bool) or r.repeat < 0:
+        raise ValueError(f"repeat {r.repeat!r}")
+    if not isinstance(r.labels, dict) or not isinstance(r.overrides, dict):
+        raise ValueError(f"labels or overrides of {r.config!r}")
+
+
 def load_study(path: str | os.PathLike[str]) -> StudyRecord:
     """Read a study directory and every run record in it."""
     study_dir = Path(path)
     data = read_study_file(study_dir)
-    plan = StudyPlan.from_dict(data)
+    try:
+        plan = StudyPlan.from_dict(data)
+        for r in plan.runs:
+            _check_planned(r)
+    except (TypeError, ValueError, KeyError) as e:
+        raise TrainscopeError(f"{study_dir / STUDY_FILE} holds a damaged plan: {e}") from None
     records = {}
     for r in plan.runs:
         run_dir = study_dir / r.rel_dir

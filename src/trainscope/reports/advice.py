@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainscope.records.run_dir import STAGE_LABELS, STAGES
+from trainscope.reports.document import escape_inline
 
 STEP_STAGES = ("data_wait", "h2d", "forward", "backward", "comm", "optimizer")
 # Thresholds of the secondary rules (shares of the step or of the wall time).
@@ -31,10 +32,16 @@ class Finding:
     of: str
     """"wall" or "step": what ``share`` is a share of."""
     text: str
+    """The finding as the report's inline markup (code spans; record values escaped)."""
 
 
 def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
+
+
+def _ctx(ctx: dict[str, Any], key: str) -> str:
+    # A knob's value as it was recorded: text inside the suggestion's inline markup.
+    return escape_inline(str(ctx.get(key, "?")))
 
 
 def _suggest(stage: str, share: float, of: str, ctx: dict[str, Any]) -> str:
@@ -51,7 +58,7 @@ def _suggest(stage: str, share: float, of: str, ctx: dict[str, Any]) -> str:
             )
         return (
             f"{label} is {where}: the model waits for batches. Raise num_workers (now "
-            f"{ctx.get('num_workers', '?')}; `trainscope study loader` measures the best "
+            f"{_ctx(ctx, 'num_workers')}; `trainscope study loader` measures the best "
             "value, `--num-workers auto` picks it), or use `--loader fast` for a data set "
             "that fits in memory."
         )
@@ -75,7 +82,7 @@ def _suggest(stage: str, share: float, of: str, ctx: dict[str, Any]) -> str:
     if stage == "comm":
         return (
             f"{label} is {where}: gradients are synchronised after backward, one collective "
-            f"per tensor (strategy {ctx.get('strategy', '?')}). DDP (--strategy ddp) buckets "
+            f"per tensor (strategy {_ctx(ctx, 'strategy')}). DDP (--strategy ddp) buckets "
             "them and overlaps the all-reduce with backward; `trainscope study strategies` "
             "measures the difference."
         )
@@ -88,7 +95,7 @@ def _suggest(stage: str, share: float, of: str, ctx: dict[str, Any]) -> str:
     if stage == "evaluation":
         return (
             f"{label} is {where}: evaluate less often (--eval-every, now "
-            f"{ctx.get('eval_every', '?')}) or on a subsample of the validation set."
+            f"{_ctx(ctx, 'eval_every')}) or on a subsample of the validation set."
         )
     if stage == "setup":
         return (
@@ -99,7 +106,7 @@ def _suggest(stage: str, share: float, of: str, ctx: dict[str, Any]) -> str:
     return (
         f"{label} is {where}: time outside every measured stage (Python overhead between "
         "steps, logging, epoch boundaries). Raise --log-every (now "
-        f"{ctx.get('log_every', '?')}) and look for synchronising calls such as .item()."
+        f"{_ctx(ctx, 'log_every')}) and look for synchronising calls such as .item()."
     )
 
 

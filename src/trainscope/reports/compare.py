@@ -10,6 +10,7 @@ from typing import Any
 
 from trainscope.records.run_dir import STAGE_LABELS, STAGES, RunRecord, load_run
 from trainscope.reports.document import Document, escape_inline, write_document
+from trainscope.reports.outdir import report_dir
 from trainscope.reports.tables import (
     Table,
     fmt_bytes,
@@ -108,8 +109,12 @@ def build_comparison(
     """Load the runs and write compare.md, compare.html and compare.tex into ``out_dir``."""
     records = [load_run(p) for p in run_dirs]
     table = comparison_table(records)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    files = ("compare.md", "compare.html", "compare.tex", "report.md", "report.html")
+    with report_dir(out_dir, "compare", files):
+        return _write_comparison(records, table, Path(out_dir))
+
+
+def _write_comparison(records: Sequence[RunRecord], table: Table, out: Path) -> Comparison:
     doc = Document(f"Comparison of {len(records)} runs")
     doc.table(table)
     # Named as in the table's header (r1 alone is ambiguous among study runs), escaped:
@@ -137,10 +142,8 @@ def print_comparison(comparison: Comparison) -> None:
     """The table on the console, then where the files are."""
     from rich.console import Console
 
-    from trainscope.reports.console import table_to_rich
+    from trainscope.reports.console import print_line, table_to_rich
 
     console = Console()
     console.print(table_to_rich(comparison.table))
-    console.print(
-        "written: " + ", ".join(str(p) for p in comparison.files), highlight=False, markup=False
-    )
+    print_line(console, "written: " + ", ".join(str(p) for p in comparison.files))

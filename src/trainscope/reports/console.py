@@ -1,10 +1,17 @@
-"""Printing report tables on the terminal with rich (torch-free)."""
+"""Printing report tables on the terminal with rich (torch-free).
+
+Every string printed here can come from a run record (a run's name, a workload, a
+summary field), so none reaches rich as markup or with its control characters: cells,
+headers and titles are ``rich.text.Text`` built by ``trainscope.textsafe.rich_text``,
+and lines go through :func:`print_line`.
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 from trainscope.reports.tables import Table, overview_table, per_class_table, stage_table
+from trainscope.textsafe import rich_text
 
 if TYPE_CHECKING:
     import rich.console
@@ -14,15 +21,20 @@ if TYPE_CHECKING:
 
 
 def table_to_rich(table: Table) -> rich.table.Table:
-    """One report Table as a rich table (same cells, same alignment)."""
+    """One report Table as a rich table (same cells, same alignment), all text literal."""
     from rich.table import Table as RichTable
 
-    rt = RichTable(title=table.caption, title_justify="left")
+    rt = RichTable(title=rich_text(table.caption), title_justify="left")
     for name, a in zip(table.columns, table.alignment()):
-        rt.add_column(name, justify="right" if a == "r" else "left")
+        rt.add_column(rich_text(name), justify="right" if a == "r" else "left")
     for row in table.cells():
-        rt.add_row(*row)
+        rt.add_row(*(rich_text(c) for c in row))
     return rt
+
+
+def print_line(console: rich.console.Console, text: Any, *, newlines: bool = False) -> None:
+    """Print ``text`` as it is: no markup, no highlighting, control characters shown."""
+    console.print(rich_text(text, newlines=newlines))
 
 
 def print_summary(console: rich.console.Console, summary: dict[str, Any]) -> None:
@@ -41,9 +53,9 @@ def print_report(report: RunReport) -> None:
     console = Console()
     for rt in render_tables_rich(report):
         console.print(rt)
-    console.print(f"wrote {len(report.files)} files to {report.out_dir}:")
+    print_line(console, f"wrote {len(report.files)} files to {report.out_dir}:")
     for f in report.files:
         # Relative names (plots/loss.png) read better than the same long prefix repeated.
         shown = f.relative_to(report.out_dir) if f.is_relative_to(report.out_dir) else f
-        console.print(f"  {shown}")
-    console.print(f"open in a browser: {report.html_path}")
+        print_line(console, f"  {shown}")
+    print_line(console, f"open in a browser: {report.html_path}")

@@ -6,10 +6,14 @@ lists, tables, figures, code blocks) and written twice by :func:`write_document`
 
 Inline markup in paragraphs, notes and bullets is deliberately minimal: a backtick
 code span and ``**bold**`` (which may hold code spans). Everything else is literal text,
-escaped for each output (Markdown backslash escapes, ``html.escape``). A backslash before
-a backslash, a backtick or an asterisk makes that character literal; :func:`escape_inline`
-applies this to text that is not markup (an error message, a run name), so it prints
-verbatim whatever it contains. Line breaks inside such text are soft (a space).
+escaped once, when it is rendered, for each output: ``trainscope.textsafe.markdown_text``
+(entities for ``< > &``, backslashes for the rest) and ``textsafe.html_text``. Text from a run
+record is someone else's text: rendered this way it cannot open a tag, link or table
+cell in either file. A backslash before a backslash, a backtick or an asterisk makes
+that character literal; :func:`escape_inline` applies this to text that is not markup
+(an error message, a run name), so it prints verbatim whatever it contains. Line breaks
+inside such text are soft (a space). Code blocks are verbatim in both outputs (a fenced
+block in Markdown), with control characters shown as escapes.
 
 The HTML has an inline stylesheet, figures embedded as ``data:image/png;base64`` URIs,
 no scripts and no external URLs: it opens offline, attached to a mail or a ticket. A
@@ -20,7 +24,6 @@ external reference shows up as an error instead of silently loading.
 from __future__ import annotations
 
 import base64
-import html
 import os
 import re
 import struct
@@ -29,6 +32,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from trainscope.reports.tables import Table
+from trainscope.textsafe import html_text, markdown_code_span, markdown_text, terminal_text
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -60,6 +64,15 @@ _Span = _Text | _Code | _Bold
 def escape_inline(text: str) -> str:
     """Make ``text`` literal inside inline markup: backslash-escape backslash, backtick, ``*``."""
     return re.sub(r"([\\`*])", r"\\\1", text)
+
+
+def inline_code(text: str) -> str:
+    """Inline markup showing ``text`` (a name, a value from a record) as a code span.
+
+    A backtick would end the span early, so text holding one (or empty text) is shown
+    as plain literal text instead, through :func:`escape_inline`.
+    """
+    return f"`{text}`" if text and "`" not in text else escape_inline(text)
 
 
 def _parse_inline(
@@ -113,43 +126,16 @@ def _parse_inline(
 
 def _parse_spans(text: str) -> list[_Span]:
     """Inline markup as spans. Line breaks are soft (a space), as in Markdown."""
-    return _parse_inline(re.sub(r"\s*\n\s*", " ", text.strip()))[0]
-
-
-# Markdown: backslash-escape every character that could start markup anywhere in a line.
-_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>#|~])")
-# ... an "&" only where it would read as an entity ("&amp;", "&#38;").
-_MD_ENTITY = re.compile(r"&(?=#?[A-Za-z0-9]+;)")
-# ... and what only means something at the start of a block: list items ("- ", "+ ",
-# "1. ") and thematic breaks ("---"). ">", "#", "*" and "_" are escaped everywhere.
-_MD_BLOCK_START = re.compile(r"^(?:[-+](?=\s|$)|-{3,}|\d+(?=[.)](?:\s|$)))")
-
-
-def _md_text(text: str, at_start: bool = False) -> str:
-    out = _MD_ENTITY.sub(r"\\&", _MD_SPECIAL.sub(r"\\\1", text))
-    if at_start:
-        m = _MD_BLOCK_START.match(out)
-        if m:  # "1. x" -> "1\. x", "- x" -> "\- x"
-            g = m.group(0)
-            out = (g + "\\" + out[len(g) :]) if g[0].isdigit() else "\\" + out
-    return out
-
-
-def _md_code_span(text: str) -> str:
-    # Our code spans never contain a backtick; pad a leading/trailing space pair so
-    # CommonMark's one-space stripping leaves the content as it was.
-    if text.startswith(" ") and text.endswith(" ") and text.strip():
-        text = f" {text} "
-    return f"`{text}`"
+    return _parse_inline(re.sub(r"\s*[\r\n]\s*", " ", text.strip()))[0]
 
 
 def _md_inline(spans: list[_Span], at_line_start: bool = True) -> str:
     out = []
     for k, span in enumerate(spans):
         if isinstance(span, _Text):
-            out.append(_md_text(span.text, at_start=at_line_start and k == 0))
+            out.append(markdown_text(span.text, at_line_start=at_line_start and k == 0))
         elif isinstance(span, _Code):
-            out.append(_md_code_span(span.text))
+            out.append(markdown_code_span(span.text))
         else:
             out.append(f"**{_md_inline(list(span.parts), at_line_start=False)}**")
     return "".join(out)
@@ -159,9 +145,9 @@ def _html_inline(spans: list[_Span]) -> str:
     out = []
     for span in spans:
         if isinstance(span, _Text):
-            out.append(html.escape(span.text))
+            out.append(html_text(span.text))
         elif isinstance(span, _Code):
-            out.append(f"<code>{html.escape(span.text)}</code>")
+            out.append(f"<code>{html_text(span.text)}</code>")
         else:
             out.append(f"<strong>{_html_inline(list(span.parts))}</strong>")
     return "".join(out)
@@ -290,7 +276,7 @@ class Document:
 
     def to_markdown(self, base_dir: Path) -> str:
         """GitHub-flavoured Markdown; figure links are relative to ``base_dir``."""
-        parts = [f"# {_md_text(self.title)}"]
+        parts = [f"# {markdown_text(self.title)}"]
         for block in self.blocks:
             parts.append(_block_markdown(block, Path(base_dir)))
         return "\n\n".join(p.rstrip("\n") for p in parts) + "\n"
@@ -299,7 +285,7 @@ class Document:
 
     def to_html(self) -> str:
         """One self-contained HTML page: inline CSS, images as data URIs, no scripts."""
-        title = html.escape(self.title)
+        title = html_text(self.title)
         body = "\n".join(_block_html(b) for b in self.blocks)
         return (
             "<!DOCTYPE html>\n"
@@ -323,6 +309,12 @@ class Document:
         )
 
 
+def _code_text(text: str) -> str:
+    # Verbatim, line breaks kept, but a control character (an ANSI escape in a traceback)
+    # is shown as an escape in both renderings: "cat report.md" must not obey it either.
+    return terminal_text(text, newlines=True).rstrip("\n")
+
+
 def _fence(text: str) -> str:
     # A fence longer than any backtick run in the text, so the text cannot close it.
     longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
@@ -331,7 +323,7 @@ def _fence(text: str) -> str:
 
 def _block_markdown(block: Block, base_dir: Path) -> str:
     if isinstance(block, Heading):
-        return f"{'#' * block.level} {_md_text(block.text)}"
+        return f"{'#' * block.level} {markdown_text(block.text)}"
     if isinstance(block, Paragraph):
         return _md_inline(_parse_spans(block.text))
     if isinstance(block, Note):
@@ -341,24 +333,27 @@ def _block_markdown(block: Block, base_dir: Path) -> str:
     if isinstance(block, TableBlock):
         md = block.table.to_markdown()
         caption = block.table.caption.strip()
-        return f"*{_md_text(caption)}*\n\n{md}" if caption else md
+        return f"*{markdown_text(caption)}*\n\n{md}" if caption else md
     if isinstance(block, Figure):
         _read_png(block.path)
         rel = Path(os.path.relpath(block.path, base_dir)).as_posix()
-        alt = _md_text(block.alt.replace("\n", " "))
+        alt = markdown_text(block.alt)
         md = f"![{alt}]({quote(rel)})"
         if block.caption:
-            md += f"\n\n*{_md_text(block.caption.strip())}*"
+            md += f"\n\n*{markdown_text(block.caption.strip())}*"
         return md
     if isinstance(block, CodeBlock):
-        fence = _fence(block.text)
-        return f"{fence}text\n{block.text.rstrip(chr(10))}\n{fence}"
+        # A fenced block is the one place Markdown shows text uninterpreted ("<" stays
+        # "<", as a traceback needs); the fence is longer than any backtick run inside.
+        text = _code_text(block.text)
+        fence = _fence(text)
+        return f"{fence}text\n{text}\n{fence}"
     raise TypeError(f"unknown block {block!r}")
 
 
 def _block_html(block: Block) -> str:
     if isinstance(block, Heading):
-        return f"<h{block.level}>{html.escape(block.text)}</h{block.level}>"
+        return f"<h{block.level}>{html_text(block.text)}</h{block.level}>"
     if isinstance(block, Paragraph):
         return f"<p>{_html_inline(_parse_spans(block.text))}</p>"
     if isinstance(block, Note):
@@ -374,11 +369,11 @@ def _block_html(block: Block) -> str:
         src = "data:image/png;base64," + base64.b64encode(data).decode("ascii")
         size = _png_size(data)
         dims = f' width="{size[0]}" height="{size[1]}"' if size else ""
-        img = f'<img src="{src}" alt="{html.escape(block.alt)}"{dims}>'
-        cap = f"<figcaption>{html.escape(block.caption)}</figcaption>" if block.caption else ""
+        img = f'<img src="{src}" alt="{html_text(block.alt)}"{dims}>'
+        cap = f"<figcaption>{html_text(block.caption)}</figcaption>" if block.caption else ""
         return f"<figure>{img}{cap}</figure>"
     if isinstance(block, CodeBlock):
-        return f"<pre><code>{html.escape(block.text.rstrip(chr(10)))}</code></pre>"
+        return f"<pre><code>{html_text(_code_text(block.text))}</code></pre>"
     raise TypeError(f"unknown block {block!r}")
 
 

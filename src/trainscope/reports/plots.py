@@ -8,12 +8,18 @@ works on a headless machine without a display.
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from trainscope.records.run_dir import STAGE_LABELS, STAGES, RunRecord
 from trainscope.reports.tables import fmt_pct, fmt_seconds
+from trainscope.textsafe import plot_text
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -49,9 +55,23 @@ def _save(fig: Figure, path_png: str | Path, path_svg: str | Path | None) -> lis
     return written
 
 
-def _plain(text: Any) -> str:
-    # A "$" pair in a workload name would otherwise switch matplotlib into mathtext.
-    return str(text).replace("$", r"\$")
+def plain_text_figure(draw: Callable[P, R]) -> Callable[P, R]:
+    """Run a drawing function with LaTeX text rendering off, whatever matplotlibrc says.
+
+    With ``text.usetex`` on, every title and label is handed to LaTeX, where a run named
+    ``\\input{/etc/passwd}`` would be read into the figure. Record text is made plain
+    for mathtext by ``plot_text``; this keeps it away from LaTeX (ticks and legends are
+    laid out at save time, so the whole function runs under it, not only the text calls).
+    """
+
+    @functools.wraps(draw)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        import matplotlib
+
+        with matplotlib.rc_context({"text.usetex": False}):
+            return draw(*args, **kwargs)
+
+    return wrapper
 
 
 def _stage_color(name: str) -> Any:
@@ -69,9 +89,10 @@ def _run_heading(summary: dict[str, Any]) -> str:
     head = name or "run"
     if where:
         head += f" ({where})"
-    return _plain(head)
+    return plot_text(head)
 
 
+@plain_text_figure
 def stage_pie(
     summary: dict[str, Any], path_png: str | Path, path_svg: str | Path | None = None
 ) -> list[Path]:
@@ -119,8 +140,11 @@ def stage_pie(
     ax.set_aspect("equal")
 
     handles = list(wedges)
+    # Stage names not in STAGE_LABELS are the record's own text.
     labels = [
-        f"{STAGE_LABELS.get(n, n)}: {fmt_seconds(values[n])} s ({fmt_pct(values[n] / wall)})"
+        plot_text(
+            f"{STAGE_LABELS.get(n, n)}: {fmt_seconds(values[n])} s ({fmt_pct(values[n] / wall)})"
+        )
         for n in drawn
     ]
     from matplotlib.patches import Patch
@@ -130,7 +154,7 @@ def stage_pie(
             continue
         handles.append(Patch(facecolor="none", edgecolor="none"))
         shown = fmt_seconds(values.get(n, stages[n]))
-        labels.append(f"{STAGE_LABELS.get(n, n)}: {shown} s (not positive, not drawn)")
+        labels.append(plot_text(f"{STAGE_LABELS.get(n, n)}: {shown} s (not positive, not drawn)"))
     # A figure legend placed "outside" gets room from the constrained layout (an axes
     # legend anchored beyond the axes would be clipped at the figure edge).
     fig.legend(handles, labels, loc="outside right center", frameon=False, fontsize=9)
@@ -151,6 +175,7 @@ def _epoch_end_steps(steps: list[dict[str, Any]]) -> dict[int, int]:
     return ends
 
 
+@plain_text_figure
 def loss_curve(
     record: RunRecord, path_png: str | Path, path_svg: str | Path | None = None
 ) -> list[Path]:

@@ -23,12 +23,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainscope.records.run_dir import RunRecord, load_run
-from trainscope.reports.document import Document, escape_inline, write_document
+from trainscope.reports.document import Document, escape_inline, inline_code, write_document
+from trainscope.reports.outdir import default_or, report_dir
 from trainscope.reports.plots import loss_curve, stage_pie
 from trainscope.reports.tables import (
     Table,
     epoch_table,
     fmt_float,
+    latex_escape,
     overview_table,
     per_class_table,
     stage_table,
@@ -42,14 +44,6 @@ TABLE_ORDER = ("overview", "stages", "epochs", "per_class")
 
 # Figures go in a subfolder so the report files stay easy to spot in the output folder.
 PLOTS_DIR = "plots"
-
-# Every figure a build may write (relative to the output directory), plus where earlier
-# versions wrote them: removed before each build, so a figure this build does not redraw
-# (e.g. no step losses any more) cannot linger next to the new report.
-_FIGURE_FILES = tuple(
-    f"{PLOTS_DIR}/{name}.{ext}" for name in ("stages", "loss") for ext in ("png", "svg")
-)
-_LEGACY_FIGURE_FILES = ("stages.png", "stages.svg", "loss.png", "loss.svg")
 
 
 @dataclass
@@ -111,11 +105,11 @@ def _status_note(doc: Document, summary: dict[str, Any]) -> None:
             doc.code(text)
     elif status != "completed":
         doc.note(f"**Run did not complete** (status: {escape_inline(str(status))}).")
-
-
-def _code_name(name: str) -> str:
-    # A name shown as `code` unless it holds a backtick, which would end the code span.
-    return f"`{name}`" if "`" not in name else escape_inline(name)
+    launch_error = summary.get("launch_error")
+    if launch_error and launch_error != error:  # what this rank saw was only the effect
+        doc.note(f"What ended the launch: {escape_inline(str(launch_error))}")
+    for note in summary.get("notes") or []:  # e.g. "no validation data: ..."
+        doc.note(escape_inline(str(note)))
 
 
 def _build_document(record: RunRecord, report: RunReport, figures: dict[str, Path]) -> Document:
@@ -126,7 +120,7 @@ def _build_document(record: RunRecord, report: RunReport, figures: dict[str, Pat
     doc = Document(f"Run report: {title or record.path.name}")
     _status_note(doc, summary)
     doc.paragraph(
-        f"Run directory: {_code_name(record.path.name)}. Rebuilt from the run record alone"
+        f"Run directory: {inline_code(record.path.name)}. Rebuilt from the run record alone"
         " (no torch needed); tables for LaTeX are in `tables.tex` next to this report."
     )
     doc.heading("Overview")
@@ -166,8 +160,11 @@ def _build_document(record: RunRecord, report: RunReport, figures: dict[str, Pat
 
 
 def _render_latex(record: RunRecord, report: RunReport) -> str:
+    # The run's name is someone else's text: escaped, it stays on this comment line (a
+    # newline in it would end the comment and make the rest live LaTeX).
     tex = [
-        f"% Tables of trainscope run '{record.path.name}' (generated; do not edit by hand).",
+        f"% Tables of trainscope run '{latex_escape(record.path.name)}'"
+        " (generated; do not edit by hand).",
         "% Needs \\usepackage{booktabs} in the preamble; \\input{tables.tex} where wanted.",
         "",
     ]
@@ -187,8 +184,16 @@ def build_run_report(
     the summary holds is shown, with a visible "Run failed: <error>" line.
     """
     record = load_run(run_dir)
-    out = Path(out_dir) if out_dir is not None else record.path / "report"
-    out.mkdir(parents=True, exist_ok=True)
+    out, what, default = default_or(out_dir, record.path / "report")
+    with report_dir(out, "report", REPORT_FILES, what=what, folders=(PLOTS_DIR,), register=default):
+        return _write_run_report(record, out)
+
+
+# What a run report writes (besides plots/): recorded before written.
+REPORT_FILES = ("report.md", "report.html", "tables.tex")
+
+
+def _write_run_report(record: RunRecord, out: Path) -> RunReport:
     summary = record.summary
     report = RunReport(
         run_dir=record.path,
@@ -197,9 +202,6 @@ def build_run_report(
         status=summary.get("status"),
         error=summary.get("error"),
     )
-    for stale in _FIGURE_FILES + _LEGACY_FIGURE_FILES:
-        (out / stale).unlink(missing_ok=True)
-
     plots = out / PLOTS_DIR
     figures: dict[str, Path] = {}
     for key, files in (

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trainscope.records.study_dir import PlannedRun, StudyRecord
-from trainscope.reports.document import Document
+from trainscope.reports.document import Document, escape_inline
 from trainscope.reports.stats import (
     COMPUTE_STAGES,
     epoch_seconds,
@@ -38,7 +38,8 @@ def _sweep(study: StudyRecord, doc: Document, plots: Path, section: Section) -> 
     from trainscope.reports.study_plots import workers_sweep_plot
 
     doc.heading("Loading time per epoch vs num_workers", 2)
-    sweep_epochs = study.plan.options.get("sweep_epochs")
+    # Options, labels and reasons come from study.json: text, escaped where it meets markup.
+    sweep_epochs = escape_inline(str(study.plan.options.get("sweep_epochs")))
     doc.paragraph(
         f"Data-only runs: every batch of the training set is fetched and copied to the "
         f"device, with no model, for {sweep_epochs} epoch(s) per run. Time per epoch "
@@ -59,7 +60,7 @@ def _sweep(study: StudyRecord, doc: Document, plots: Path, section: Section) -> 
     base = stats.get("w0")
     for name, (m, s, n, cfg) in stats.items():
         variant = cfg.labels.get("variant", "default")
-        w = int(cfg.labels.get("num_workers", 0))
+        w = _count(cfg.labels.get("num_workers"))
         if variant != "fast":
             points.setdefault(variant, []).append((w, m, s))
         recs = study.measured(name)
@@ -97,7 +98,7 @@ def _sweep(study: StudyRecord, doc: Document, plots: Path, section: Section) -> 
         doc.figure(files[0], "Seconds per data-only epoch vs num_workers", None)
     doc.table(table)
     for reason in na:
-        doc.note(f"pin_memory variants not run: {reason}.")
+        doc.note(f"pin_memory variants not run: {escape_inline(reason)}.")
     dl = {k: v for k, v in stats.items() if v[3].labels.get("variant") != "fast"}
     if dl and base:
         best_name = min(dl, key=lambda k: dl[k][0])
@@ -120,14 +121,14 @@ def _sweep(study: StudyRecord, doc: Document, plots: Path, section: Section) -> 
                 f"({base[0]:.4g} s/epoch)."
             )
         section.findings.append(text)
-        doc.paragraph(text)
+        doc.paragraph(escape_inline(text))
     if fast and base:
         text = (
             f"The fast path (tensors on the device, batches by indexing): {fast[0]:.4g} s/epoch,"
             f" {base[0] / fast[0]:.1f}x faster than the default DataLoader."
         )
         section.findings.append(text)
-        doc.paragraph(text)
+        doc.paragraph(escape_inline(text))
 
 
 def _per_iteration(study: StudyRecord, doc: Document, plots: Path, section: Section) -> None:
@@ -139,10 +140,11 @@ def _per_iteration(study: StudyRecord, doc: Document, plots: Path, section: Sect
     doc.heading("Data wait vs compute per iteration (real training)", 2)
     opts = study.plan.options
     doc.paragraph(
-        f"Short training runs ({opts.get('iter_epochs')} epoch(s) of at most "
-        f"{opts.get('iter_steps')} steps) with augmentation off and on. Per-iteration means "
-        "come from the step records (steady state); each epoch's worker start-up is shown "
-        "apart. Compute = host-to-device copy + forward + loss/backward + optimizer."
+        f"Short training runs ({escape_inline(str(opts.get('iter_epochs')))} epoch(s) of at "
+        f"most {escape_inline(str(opts.get('iter_steps')))} steps) with augmentation off and "
+        "on. Per-iteration means come from the step records (steady state); each epoch's "
+        "worker start-up is shown apart. Compute = host-to-device copy + forward + "
+        "loss/backward + optimizer."
     )
     rows: list[list[object]] = []
     bars: list[tuple[str, float, float, float, float]] = []
@@ -156,7 +158,7 @@ def _per_iteration(study: StudyRecord, doc: Document, plots: Path, section: Sect
         cp_m, cp_s, _ = mean_std(sum(p[k] for k in COMPUTE_STAGES) for p in per)
         start, _, _ = mean_std(loader_start_seconds(r) for r in recs)
         loader = cfg.labels.get("loader", "torch")
-        w = int(cfg.labels.get("num_workers", 0))
+        w = _count(cfg.labels.get("num_workers"))
         aug = bool(cfg.labels.get("augment"))
         name = "fast path" if loader == "fast" else f"{w} workers"
         label = f"{name}, aug {'on' if aug else 'off'}"
@@ -198,7 +200,7 @@ def _per_iteration(study: StudyRecord, doc: Document, plots: Path, section: Sect
     if costs:
         text = "Cost of augmentation (on minus off): " + "; ".join(costs) + "."
         section.findings.append(text)
-        doc.paragraph(text)
+        doc.paragraph(escape_inline(text))
 
 
 def _fmt_ms(x: float | None) -> str:
@@ -213,3 +215,11 @@ def loader_sections(study: StudyRecord, doc: Document, plots: Path) -> Section:
     _sweep(study, doc, plots, section)
     _per_iteration(study, doc, plots, section)
     return section
+
+
+def _count(label: object) -> int:
+    """A worker-count label as an int (0 for anything else: labels are record text)."""
+    try:
+        return int(label)  # type: ignore[call-overload]
+    except (TypeError, ValueError, OverflowError):
+        return 0

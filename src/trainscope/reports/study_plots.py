@@ -13,7 +13,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from trainscope.reports.plots import _new_figure, _plain, _save, _stage_color
+from trainscope.reports.plots import _new_figure, _save, _stage_color, plain_text_figure
+from trainscope.textsafe import plot_text
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -65,6 +66,7 @@ def _variant_color(label: str, others: list[str]) -> str:
     return _OTHER_COLORS[others.index(label) % len(_OTHER_COLORS)]
 
 
+@plain_text_figure
 def workers_sweep_plot(
     series: dict[str, list[tuple[int, float, float]]],
     png_path: Path,
@@ -106,7 +108,7 @@ def workers_sweep_plot(
             capsize=3,
             linewidth=1.5,
             color=_variant_color(label, others),
-            label=_plain(SERIES_LABELS.get(label, label)),
+            label=plot_text(SERIES_LABELS.get(label, label)),
         )
 
     if fast is not None and math.isfinite(fast[0]):
@@ -130,7 +132,7 @@ def workers_sweep_plot(
     ax.grid(True, alpha=0.3)
     ax.legend(frameon=False, fontsize=9)
     if title:
-        fig.suptitle(_plain(title), fontsize=11)
+        fig.suptitle(plot_text(title), fontsize=11)
     return _write(fig, png_path)
 
 
@@ -184,7 +186,7 @@ def _mark_fastest(ax: Axes, series: dict[str, list[tuple[int, float, float]]]) -
     )
     text = f"fastest: {x} workers, {_fmt(y)} s"
     if len(series) > 1:
-        text += f" ({_plain(label)})"
+        text += f" ({plot_text(label)})"
     # The fastest point is the lowest one, so the space under it is free of lines; the
     # text goes there unless the point sits near the floor, and leans away from the edges.
     bottom, top = ax.get_ylim()
@@ -208,6 +210,7 @@ def _mark_fastest(ax: Axes, series: dict[str, list[tuple[int, float, float]]]) -
     )
 
 
+@plain_text_figure
 def per_iteration_plot(
     rows: list[tuple[str, float, float, float, float]], png_path: Path, *, title: str = ""
 ) -> list[Path]:
@@ -218,7 +221,7 @@ def per_iteration_plot(
     """
     if not rows:
         return []
-    labels = [_plain(r[0]) for r in rows]
+    labels = [plot_text(r[0]) for r in rows]
     data = [_finite(r[1]) for r in rows]
     data_e = [_finite(r[2]) for r in rows]
     comp = [_finite(r[3]) for r in rows]
@@ -268,7 +271,7 @@ def per_iteration_plot(
     ax.grid(True, axis="x", alpha=0.3)
     fig.legend(loc="outside lower center", ncols=2, frameon=False, fontsize=9)
     if title:
-        fig.suptitle(_plain(title), fontsize=11)
+        fig.suptitle(plot_text(title), fontsize=11)
     return _write(fig, png_path)
 
 
@@ -294,6 +297,7 @@ def running_mean(values: Sequence[float], window: int) -> list[float]:
     return out
 
 
+@plain_text_figure
 def loss_curves_plot(
     curves: dict[str, tuple[list[int], list[float]]],
     png_path: Path,
@@ -318,7 +322,7 @@ def loss_curves_plot(
     for label, (steps, losses) in present.items():
         pairs = list(zip(steps, losses))
         bad = next((i for i, (_, v) in enumerate(pairs) if not math.isfinite(v)), None)
-        text = _plain(label)
+        text = plot_text(label)
         if bad is not None:
             text += f" (non-finite from step {pairs[bad][0]})"
             pairs = pairs[:bad]
@@ -348,14 +352,15 @@ def loss_curves_plot(
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
     ax.set_xlabel("optimizer step")
-    ax.set_ylabel(_plain(ylabel))
+    ax.set_ylabel(plot_text(ylabel))
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(frameon=False, fontsize=9)
     if title:
-        fig.suptitle(_plain(title), fontsize=11)
+        fig.suptitle(plot_text(title), fontsize=11)
     return _write(fig, png_path)
 
 
+@plain_text_figure
 def bar_plot(
     labels: list[str],
     values: list[float | None],
@@ -407,7 +412,7 @@ def bar_plot(
             )
     for x in sorted(set(xs) - {s[0] for s in shown}):
         ax.annotate(
-            _plain(na_text),
+            plot_text(na_text),
             (x, 0),
             xytext=(0, 3),
             textcoords="offset points",
@@ -422,15 +427,15 @@ def bar_plot(
     long_labels = len(labels) > 6 or any(len(lab) > 12 for lab in labels)
     ax.set_xticks(
         xs,
-        [_plain(lab) for lab in labels],
+        [plot_text(lab) for lab in labels],
         rotation=25 if long_labels else 0,
         ha="right" if long_labels else "center",
     )
     ax.set_xlim(-0.6, len(labels) - 0.4)
-    ax.set_ylabel(_plain(ylabel))
+    ax.set_ylabel(plot_text(ylabel))
     ax.grid(True, axis="y", alpha=0.3)
     if title:
-        fig.suptitle(_plain(title), fontsize=11)
+        fig.suptitle(plot_text(title), fontsize=11)
     return _write(fig, png_path)
 
 

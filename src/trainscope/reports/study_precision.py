@@ -157,9 +157,11 @@ def precision_sections(study: StudyRecord, doc: Document, plots: Path) -> Sectio
             parts.append(f"peak memory {st['mem'] / ref['mem']:.2f}x")
         text = ", ".join(parts) + "."
         section.findings.append(text)
-        doc.paragraph(text)
+        doc.paragraph(escape_inline(text))  # names are labels from study.json: text
     na = [
-        f"{c.config}: {escape_inline(str(c.reason))}" for c in study.configs() if not c.applicable
+        f"{escape_inline(c.config)}: {escape_inline(str(c.reason))}"
+        for c in study.configs()
+        if not c.applicable
     ]
     if na:
         doc.paragraph("Not applicable on this device (not run, not faked):")

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from trainscope.records.run_dir import STAGE_LABELS, STAGES
 from trainscope.records.study_dir import StudyRecord
 from trainscope.reports.advice import STEP_STAGES, findings
-from trainscope.reports.document import Document
+from trainscope.reports.document import Document, escape_inline, inline_code
 from trainscope.reports.plots import stage_pie
 from trainscope.reports.stats import fmt_mean_std_sig, mean_std
 from trainscope.reports.tables import Table, fmt_pct
@@ -71,8 +71,9 @@ def profile_sections(study: StudyRecord, doc: Document, plots: Path) -> Section:
     doc.table(table)
     doc.paragraph(
         f"{n} run(s): {int(steps_m or 0)} optimizer steps each, batch size "
-        f"{first.get('batch_size')}, {first.get('num_workers')} DataLoader worker(s), loader "
-        f"`{first.get('loader', 'torch')}`, {wall_m:.3f} s wall on average."
+        f"{escape_inline(str(first.get('batch_size')))}, "
+        f"{escape_inline(str(first.get('num_workers')))} DataLoader worker(s), loader "
+        f"{inline_code(str(first.get('loader', 'torch')))}, {wall_m:.3f} s wall on average."
     )
     doc.heading("What to optimise first", 2)
     cfg = study.plan.base_config

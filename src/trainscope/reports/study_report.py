@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import os
 import shlex
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from trainscope.records.study_dir import StudyRecord, load_study
-from trainscope.reports.document import Document, escape_inline, write_document
+from trainscope.reports.document import Document, escape_inline, inline_code, write_document
+from trainscope.reports.outdir import default_or, report_dir
 from trainscope.reports.tables import Table, latex_escape
 
 
@@ -75,41 +75,51 @@ def _header(study: StudyRecord, doc: Document) -> None:
     done = [r for r in applicable if study.completed(r)]
     if study.status not in ("completed",):
         doc.note(
-            f"Study status: **{study.status}**. {len(done)} of {len(applicable)} planned runs "
-            "completed; the tables below use what is there. Rerun the same `trainscope study` "
-            "command to finish it (completed runs are kept)."
+            f"Study status: **{escape_inline(str(study.status))}**. {len(done)} of "
+            f"{len(applicable)} planned runs completed; the tables below use what is there. "
+            "Rerun the same `trainscope study` command to finish it (completed runs are kept)."
         )
     env = first_env(study)
     summary = first_summary(study)
     repeats = plan.options.get("repeats")
     warm = any(r.warmup for r in plan.runs)
+    # Values from the records are text, not markup: escaped before they go into it.
+    workload = summary.get("workload", plan.base_config.get("workload", {}).get("name"))
+    description = summary.get("workload_description", "no completed run")
     doc.paragraph(
-        f"Workload **{summary.get('workload', plan.base_config.get('workload', {}).get('name'))}**"
-        f" ({summary.get('workload_description', 'no completed run')}). "
-        f"{repeats} measured repeat(s) per configuration, shown as mean ± sample standard "
-        "deviation"
+        f"Workload **{escape_inline(str(workload))}** ({escape_inline(str(description))}). "
+        f"{escape_inline(str(repeats))} measured repeat(s) per configuration, shown as "
+        "mean ± sample standard deviation"
         + (", after one warm-up run that is discarded" if warm else " (no warm-up run)")
         + ". Repeats ran round-robin across configurations, so slow spells of the machine "
         "spread over all of them."
     )
+
+    def val(mapping: dict[str, Any], key: str) -> str:
+        return escape_inline(str(mapping.get(key, "?")))
+
+    def code(mapping: dict[str, Any], key: str) -> str:
+        return inline_code(str(mapping.get(key, "?")))
+
     machine = [
-        f"device: `{summary.get('device', '?')}` ({summary.get('device_name', '?')})",
-        f"CPUs: {env.get('cpu_count', '?')}, host `{env.get('hostname', '?')}`",
-        f"python {env.get('python', '?')}, torch {env.get('torch', '?')}",
+        f"device: {code(summary, 'device')} ({val(summary, 'device_name')})",
+        f"CPUs: {val(env, 'cpu_count')}, host {code(env, 'hostname')}",
+        f"python {val(env, 'python')}, torch {val(env, 'torch')}",
     ]
     if env.get("git_sha"):
-        machine.append(f"trainscope git `{str(env['git_sha'])[:12]}`")
+        machine.append(f"trainscope git {inline_code(str(env['git_sha'])[:12])}")
     doc.bullets(machine)
     failed = study.failed()
     if failed:
         doc.note(f"{len(failed)} run(s) failed; they are left out of the statistics:")
-        doc.bullets([f"`{r.id}`: {escape_inline(err)}" for r, err in failed[:20]])
+        doc.bullets([f"{inline_code(str(r.id))}: {escape_inline(err)}" for r, err in failed[:20]])
 
 
 def _latex(study: StudyRecord, tables: dict[str, Table]) -> str:
+    # Names are someone else's text: escaped, they stay on this comment line.
     tex = [
         f"% Tables of trainscope study '{latex_escape(study.path.name)}' "
-        f"({study.plan.kind}); generated, do not edit.",
+        f"({latex_escape(study.plan.kind)}); generated, do not edit.",
         "% Needs \\usepackage{booktabs}; \\input{tables.tex} where wanted.",
         "",
     ]
@@ -122,11 +132,17 @@ def build_study_report(
 ) -> StudyReport:
     """Write report.md, report.html, tables.tex and plots/ for a study directory."""
     study = load_study(study_dir)
-    out = Path(out_dir) if out_dir is not None else study.path / "report"
+    out, what, default = default_or(out_dir, study.path / "report")
+    files = ("report.md", "report.html", "tables.tex")
+    # An earlier build's figures go with the claim: this build may not redraw them all.
+    with report_dir(out, "report", files, what=what, folders=("plots",), register=default):
+        return _write_study_report(study, out)
+
+
+def _write_study_report(study: StudyRecord, out: Path) -> StudyReport:
     plots = out / "plots"
-    if plots.is_dir():
-        shutil.rmtree(plots)  # figures of an earlier build this one may not redraw
     plots.mkdir(parents=True, exist_ok=True)
+    before = set(plots.iterdir())  # someone else's files, kept by the claim: not ours
     kind = study.plan.kind
     doc = Document(f"Study: {kind} ({study.path.name})")
     _header(study, doc)
@@ -139,7 +155,9 @@ def build_study_report(
     elif kind == "strategies":
         from trainscope.reports.study_strategies import strategies_sections as build
     else:
-        doc.note(f"Unknown study kind {kind!r}: this trainscope cannot report it.")
+        doc.note(
+            f"Unknown study kind {escape_inline(repr(kind))}: this trainscope cannot report it."
+        )
         build = None
     section = build(study, doc, plots) if build is not None else Section()
     doc.heading("Reproduce", 2)
@@ -150,7 +168,8 @@ def build_study_report(
         doc.code("trainscope " + " ".join(shlex.quote(str(a)) for a in argv[1:]))
     doc.paragraph(
         "Each run's resolved configuration is its `config.yaml` under `runs/`; "
-        f"`trainscope report {study.path.name}` rebuilds this report from the records."
+        f"{inline_code('trainscope report ' + study.path.name)} rebuilds this report from the "
+        "records."
     )
     report = StudyReport(
         study_dir=study.path,
@@ -164,7 +183,7 @@ def build_study_report(
     tex = out / "tables.tex"
     tex.write_text(_latex(study, section.tables), encoding="utf-8")
     report.files.append(tex)
-    report.files += sorted(p for p in plots.iterdir() if p.is_file())
+    report.files += sorted(p for p in set(plots.iterdir()) - before if p.is_file())
     return report
 
 
@@ -172,12 +191,12 @@ def print_study_report(report: StudyReport) -> None:
     """Tables and findings on the console (stderr), then where the files are."""
     from rich.console import Console
 
-    from trainscope.reports.console import table_to_rich
+    from trainscope.reports.console import print_line, table_to_rich
 
     console = Console(stderr=True)
     for table in report.tables.values():
         if table.rows:
             console.print(table_to_rich(table))
     for line in report.findings:
-        console.print("• " + line, highlight=False, markup=False)
-    console.print(f"report: {report.markdown_path} and {report.html_path}", highlight=False)
+        print_line(console, "• " + line)
+    print_line(console, f"report: {report.markdown_path} and {report.html_path}")

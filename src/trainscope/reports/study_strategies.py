@@ -9,8 +9,10 @@ from typing import TYPE_CHECKING, Any
 from trainscope.records.run_dir import STAGE_LABELS, RunRecord
 from trainscope.records.study_dir import StudyRecord
 from trainscope.reports.document import Document, escape_inline
+from trainscope.reports.plots import plain_text_figure
 from trainscope.reports.stats import TRAIN_STAGES, fmt_mean_std, fmt_mean_std_sig, mean_std
 from trainscope.reports.tables import Table, fmt_bytes, fmt_pct, fmt_rate
+from trainscope.textsafe import plot_text
 
 if TYPE_CHECKING:
     from trainscope.reports.study_report import Section
@@ -49,9 +51,10 @@ def _stage_ms(recs: list[RunRecord]) -> dict[str, float]:
     return out
 
 
+@plain_text_figure
 def _stacked_stage_plot(per: dict[str, dict[str, float]], png: Path) -> list[Path]:
     """One bar per strategy, split into the step's stages (ms per iteration)."""
-    from trainscope.reports.plots import _new_figure, _plain, _stage_color
+    from trainscope.reports.plots import _new_figure, _stage_color
     from trainscope.reports.study_plots import _write
 
     if not per:
@@ -70,10 +73,10 @@ def _stacked_stage_plot(per: dict[str, dict[str, float]], png: Path) -> list[Pat
             bottom=bottoms,
             width=0.65,
             color=_stage_color(stage),
-            label=_plain(STAGE_LABELS.get(stage, stage)),
+            label=plot_text(STAGE_LABELS.get(stage, stage)),
         )
         bottoms = [b + v for b, v in zip(bottoms, values)]
-    ax.set_xticks(range(len(labels)), [_plain(lab) for lab in labels], rotation=25, ha="right")
+    ax.set_xticks(range(len(labels)), [plot_text(lab) for lab in labels], rotation=25, ha="right")
     ax.set_ylabel("ms per iteration (rank 0)")
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", frameon=False)
@@ -189,7 +192,9 @@ def strategies_sections(study: StudyRecord, doc: Document, plots: Path) -> Secti
     if notes:
         doc.bullets([escape_inline(n) for n in notes])
     na = [
-        f"{c.config}: {escape_inline(str(c.reason))}" for c in study.configs() if not c.applicable
+        f"{escape_inline(c.config)}: {escape_inline(str(c.reason))}"
+        for c in study.configs()
+        if not c.applicable
     ]
     if na:
         doc.paragraph("Not applicable on this machine (not run, not faked):")

@@ -7,13 +7,17 @@ Markdown, HTML, LaTeX and console renderings of one table always show the same d
 
 from __future__ import annotations
 
-import html
 import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from trainscope.records.run_dir import STAGE_LABELS, STAGES
+
+# The escapers live in trainscope.textsafe, one per output format; latex_escape is
+# re-exported here, where table code has always found it.
+from trainscope.textsafe import html_text, markdown_text
+from trainscope.textsafe import latex_escape as latex_escape
 
 # Shown wherever a value is missing or null (an en dash, as in printed tables).
 MISSING = "–"
@@ -97,36 +101,6 @@ def _text(x: Any) -> str:
 # Looks like a formatted number: "1,234.5", "-0.012", "12.3%", "333.8 MiB", "44,426".
 _NUMERIC = re.compile(r"^[-+]?[\d,]*\.?\d+(e[-+]?\d+)?\s*(%|[KMGT]i?B|B|s)?$")
 
-_LATEX_SPECIALS = {
-    "\\": r"\textbackslash{}",
-    "&": r"\&",
-    "%": r"\%",
-    "$": r"\$",
-    "#": r"\#",
-    "_": r"\_",
-    "{": r"\{",
-    "}": r"\}",
-    "~": r"\textasciitilde{}",
-    "^": r"\textasciicircum{}",
-    # A few non-ASCII characters our own formatting emits; plain pdflatex may lack them.
-    "–": "--",
-    "—": "---",
-    "±": r"\ensuremath{\pm}",
-    "×": r"\ensuremath{\times}",
-    "µ": r"\ensuremath{\mu}",
-}
-_LATEX_RE = re.compile("|".join(re.escape(k) for k in _LATEX_SPECIALS))
-
-
-def latex_escape(text: Any) -> str:
-    """Escape LaTeX specials in one pass (so the backslashes we add are not re-escaped)."""
-    return _LATEX_RE.sub(lambda m: _LATEX_SPECIALS[m.group(0)], str(text))
-
-
-def _md_escape(text: str) -> str:
-    # A pipe would end the cell; a newline would end the row.
-    return text.replace("|", r"\|").replace("\r", " ").replace("\n", " ")
-
 
 @dataclass
 class Table:
@@ -163,8 +137,9 @@ class Table:
     def to_markdown(self) -> str:
         """A GitHub pipe table; right-aligned columns use ``---:``."""
         align = self.alignment()
-        header = [_md_escape(c) for c in self.columns]
-        body = [[_md_escape(c) for c in row] for row in self.cells()]
+        # Cells are literal text: no tag, link or code span, no "|" ending the cell.
+        header = [markdown_text(c) for c in self.columns]
+        body = [[markdown_text(c) for c in row] for row in self.cells()]
         widths = [
             max([len(header[j]), 3] + [len(r[j]) for r in body if j < len(r)])
             for j in range(len(header))
@@ -196,7 +171,7 @@ class Table:
 
         def row(tag: str, cells: list[str]) -> str:
             tds = "".join(
-                f'<{tag} style="text-align: {a}">{html.escape(c)}</{tag}>'
+                f'<{tag} style="text-align: {a}">{html_text(c)}</{tag}>'
                 for c, a in zip(cells, align)
             )
             return f"<tr>{tds}</tr>"
@@ -205,7 +180,7 @@ class Table:
         ident = re.sub(r"[^A-Za-z0-9_-]", "-", self.label)
         lines = [f'<table id="{ident}">' if ident else "<table>"]
         if self.caption:
-            lines.append(f"<caption>{html.escape(self.caption)}</caption>")
+            lines.append(f"<caption>{html_text(self.caption)}</caption>")
         lines += ["<thead>", row("th", self.columns), "</thead>", "<tbody>"]
         lines += [row("td", r) for r in self.cells()]
         lines += ["</tbody>", "</table>"]
@@ -221,7 +196,13 @@ class Table:
             " & ".join(latex_escape(c) for c in self.columns) + r" \\",
             r"\midrule",
         ]
-        lines += [" & ".join(latex_escape(c) for c in row) + r" \\" for row in self.cells()]
+        for row in self.cells():
+            cells = [latex_escape(c) for c in row]
+            # A row starting with "*" right after the previous row's "\\" would be read
+            # as "\\*" (and the star dropped): an empty group in front keeps it text.
+            if cells and cells[0].startswith("*"):
+                cells[0] = "{}" + cells[0]
+            lines.append(" & ".join(cells) + r" \\")
         lines += [r"\bottomrule", r"\end{tabular}"]
         if self.caption:
             lines.append(rf"\caption{{{latex_escape(self.caption)}}}")

@@ -21,14 +21,18 @@ from pathlib import Path
 from typing import Any
 
 from trainscope.config import from_dict, merge
-from trainscope.errors import TrainscopeError
+from trainscope.errors import Terminated, TrainscopeError
+from trainscope.records.jsonio import try_json_object
+from trainscope.records.ownership import OwnedDir, claim_dir
 from trainscope.records.study_dir import (
+    STUDY_FILE,
     PlannedRun,
     StudyPlan,
     is_study_dir,
     read_study_file,
     write_study,
 )
+from trainscope.textsafe import terminal_text
 
 
 @dataclass
@@ -51,12 +55,8 @@ def execution_order(runs: list[PlannedRun]) -> list[PlannedRun]:
 
 
 def _completed(run_dir: Path) -> bool:
-    import json
-
-    try:
-        return json.loads((run_dir / "summary.json").read_text()).get("status") == "completed"
-    except (OSError, ValueError):
-        return False
+    summary = try_json_object(run_dir / "summary.json")
+    return summary is not None and summary.get("status") == "completed"
 
 
 def _same_plan(existing: dict[str, Any], plan: StudyPlan) -> bool:
@@ -82,21 +82,36 @@ def execute(
     run is recorded and the study goes on; Ctrl-C marks the study interrupted and stops.
     ``run_fn`` replaces :func:`trainscope.train.run.run` (tests count calls with it).
     """
-    say = say or (lambda text: print(text, file=sys.stderr))
+    say = say or (lambda text: print(terminal_text(text), file=sys.stderr))
     study_dir = Path(study_dir)
-    if study_dir.exists() and not study_dir.is_dir():
-        raise TrainscopeError(f"--out {study_dir} exists and is not a directory")
+    existing = claim_dir(study_dir, "study", existing="clear" if overwrite else "keep")
+    with existing:  # the study's lock, held until it ends
+        return _execute(plan, existing, overwrite=overwrite, say=say, run_fn=run_fn)
+
+
+def _execute(
+    plan: StudyPlan,
+    owned: OwnedDir,
+    *,
+    overwrite: bool,
+    say: Say,
+    run_fn: Callable[..., dict[str, Any]] | None,
+) -> StudyResult:
+    """:func:`execute` in the claimed (locked, marked) study directory."""
+    study_dir = owned.path
     if is_study_dir(study_dir) and not overwrite:
         if not _same_plan(read_study_file(study_dir), plan):
             raise TrainscopeError(
                 f"{study_dir} holds a different study (other kind, options or config); "
                 "pass --overwrite to replace it or choose another --out"
             )
-    elif study_dir.is_dir() and any(study_dir.iterdir()) and not overwrite:
-        raise TrainscopeError(
-            f"--out {study_dir} already exists, is not empty and is not a study directory"
-        )
-    study_dir.mkdir(parents=True, exist_ok=True)
+    # Listed before they exist: --overwrite may remove them later, and nothing else.
+    folders = {
+        "runs",
+        *(r.rel_dir for r in plan.runs),
+        *(str(Path(r.rel_dir).parent) for r in plan.runs),
+    }
+    owned.record(STUDY_FILE, dirs=sorted(folders))
     if run_fn is None:
         from trainscope.train.run import run as run_fn
     from trainscope.train.console import RunConsole
@@ -145,10 +160,9 @@ def execute(
             result.executed.append(planned.id)
             note = " (warm-up, discarded)" if planned.warmup else ""
             say(f"{tag}: {summary.get('status')} in {time.perf_counter() - t0:.2f} s{note}")
-    except KeyboardInterrupt:
-        write_study(
-            study_dir, plan, "interrupted", started_at=started, failures=failures, argv=argv
-        )
+    except (KeyboardInterrupt, Terminated) as e:
+        status = "interrupted" if isinstance(e, KeyboardInterrupt) else f"stopped ({e})"
+        write_study(study_dir, plan, status, started_at=started, failures=failures, argv=argv)
         raise
     status = "completed" if not result.failed else "completed_with_failures"
     write_study(

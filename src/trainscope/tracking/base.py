@@ -40,6 +40,8 @@ class Sink:
     """
 
     name: str = "sink"
+    folder: str | None = None
+    """The folder of the run directory the sink writes into (recorded as trainscope's)."""
 
     def start(self, run_dir: Path, config: dict[str, Any], summary: dict[str, Any]) -> None:
         """The run directory exists and holds config.yaml; ``summary`` is the initial one."""
@@ -176,6 +178,10 @@ class Sinks:
     def __iter__(self) -> Iterator[Sink]:
         return iter(self.sinks)
 
+    def folders(self) -> tuple[str, ...]:
+        """The run-directory folders the sinks write (the run records their files)."""
+        return tuple(s.folder for s in self.sinks if s.folder)
+
     def describe(self) -> dict[str, Any]:
         """What the run summary records: sink names, the disabled ones, their warnings."""
         with self._lock:
@@ -211,7 +217,9 @@ class Sinks:
         # print, not warnings.warn: a warnings filter set to "error" would turn this back
         # into the exception we are keeping away from the training loop.
         try:
-            print(f"warning: {message}", file=sys.stderr, flush=True)
+            from trainscope.textsafe import one_line
+
+            print(f"warning: {one_line(message)}", file=sys.stderr, flush=True)
         except Exception:  # a closed stderr must not matter either
             pass
 

@@ -36,6 +36,7 @@ class TensorBoardSink(Sink):
     """Writes scalars and text summaries with a ``SummaryWriter``."""
 
     name = "tensorboard"
+    folder = LOG_SUBDIR
 
     def __init__(self) -> None:
         # Import the package itself first: torch.utils.tensorboard's own error message

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from trainscope.textsafe import one_line
 from trainscope.tracking.base import (
     Sink,
     epoch_scalars,
@@ -69,6 +70,7 @@ class WandbSink(Sink):
     """Logs steps, epochs, system samples and the summary to one W&B run."""
 
     name = "wandb"
+    folder = "wandb"
 
     def __init__(self) -> None:
         import wandb  # heavy (about 0.5 s): only when this sink is asked for
@@ -108,7 +110,7 @@ class WandbSink(Sink):
             where = getattr(run.settings, "sync_dir", None) or run_dir / "wandb"
             print(
                 "wandb: no W&B credentials (WANDB_API_KEY or netrc), logging offline; "
-                f"upload later with: wandb sync {where}",
+                f"upload later with: wandb sync {one_line(where)}",
                 file=sys.stderr,
                 flush=True,
             )

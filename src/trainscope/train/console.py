@@ -6,6 +6,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trainscope.textsafe import rich_text, terminal_text
+
 if TYPE_CHECKING:
     from rich.progress import Progress
 
@@ -36,17 +38,25 @@ class RunConsole:
     def start(self, run_dir: Path, summary: dict[str, Any]) -> None:
         """Say what runs where."""
         if self.enabled:
-            self.console.print(
-                f"[bold]trainscope[/] {summary['workload']} on {summary['device']} "
-                f"({summary['device_name']}), {summary['precision']}, "
-                f"batch {summary['batch_size']}, workers {summary['num_workers']} "
-                f"-> {run_dir}"
+            from rich.text import Text
+
+            # Names and the run directory are text from the config and the machine: shown
+            # literally (no markup, control characters as escapes), then highlighted.
+            line = Text("trainscope", style="bold")
+            line.append(
+                terminal_text(
+                    f" {summary['workload']} on {summary['device']} "
+                    f"({summary['device_name']}), {summary['precision']}, "
+                    f"batch {summary['batch_size']}, workers {summary['num_workers']} "
+                    f"-> {run_dir}"
+                )
             )
+            self.console.print(self.console.highlighter(line))
 
     def note(self, text: str) -> None:
-        """One informational line (e.g. what --num-workers auto measured)."""
+        """One informational line (e.g. what --num-workers auto measured), shown literally."""
         if self.enabled:
-            self.console.print(text, highlight=False, markup=False)
+            self.console.print(rich_text(text, newlines=True))
 
     def epoch_start(self, epoch: int, epochs: int, steps: int) -> None:
         """Open the progress bar of one epoch."""
@@ -97,7 +107,8 @@ class RunConsole:
             rate = row["samples_per_s"] or 0.0
             self.console.print(
                 f"epoch {row['epoch']}: train loss {_fmt_loss(row['train_loss'])}{val_s}, "
-                f"{row['duration_s']:.2f} s, {rate:,.0f} samples/s"
+                f"{row['duration_s']:.2f} s, {rate:,.0f} samples/s",
+                markup=False,  # numbers only, but never markup
             )
 
     def finish(self, summary: dict[str, Any]) -> None:

@@ -7,6 +7,7 @@ them every ``log_every`` steps, so the CPU can queue work ahead as it would unti
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ import torch
 from torch import nn
 
 from trainscope.data.loaders import BatchLoader
+from trainscope.errors import DivergedError
 from trainscope.precision import Precision
 from trainscope.profiling.timer import StageTimer, device_sync
 from trainscope.strategies.base import Strategy
@@ -35,6 +37,8 @@ class TrainState:
     device: torch.device
     strategy: Strategy | None = None
     """How gradients meet across devices; None: one device, nothing to sync."""
+    progress: Any = None
+    """Where this rank is, for the stall watchdog of a multi-process run (None alone)."""
     step: int = 0
     """Optimizer steps taken so far (global, across epochs)."""
     epoch: int = 0
@@ -159,19 +163,30 @@ def train_epoch(
         read = iter(stacked.cpu().tolist() if losses else [])
         values = [None if loss is None else next(read) for _, _, loss in done]
         glob = iter(reduce_losses(stacked).cpu().tolist() if reduce_losses and losses else [])
-        records = []
+        records, diverged = [], None
         for (step, bs, _), value, st in zip(done, values, times):
             for k, v in st.items():
                 stage_s[k] += v
             rec = {"step": step, "epoch": epoch, "loss": value, "batch_size": bs, "stages": st}
             if reduce_losses is not None and value is not None:
                 rec["rank_loss"], rec["loss"] = value, next(glob)
+            if rec["loss"] is not None and not math.isfinite(rec["loss"]):
+                # Written as null (strict JSON); under GradScaler the step was skipped.
+                diverged = diverged or (step, rec["loss"])
+                rec["nonfinite_loss"] = str(rec["loss"])
+                rec["loss"] = None
             if rec["loss"] is not None:
                 loss_sum += rec["loss"] * bs
                 loss_samples += bs
             records.append(rec)
         if on_steps is not None:
             on_steps(records)
+        if diverged is not None and not state.precision.skips_nonfinite_steps:
+            raise DivergedError(
+                f"the loss was {diverged[1]} at step {diverged[0]} (epoch {epoch}; computed "
+                "in the loss + backward stage): training stopped there. Lower --lr, or look "
+                "for bad inputs"
+            )
 
     t0 = time.perf_counter()
     # Creating the iterator starts the DataLoader workers: time the batch pipeline pays, so
@@ -206,6 +221,8 @@ def evaluate(state: TrainState, workload: Workload, loader: BatchLoader) -> dict
     state.model.eval()
     metrics = workload.new_metrics(state.device)
     for inputs, targets in loader:
+        if state.progress is not None:  # every rank evaluates every batch
+            state.progress.advance(state.step, "evaluation")
         inputs = move_to(inputs, state.device)
         targets = targets.to(state.device, non_blocking=True)
         with state.precision.autocast():

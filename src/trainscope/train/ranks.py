@@ -18,30 +18,35 @@ import torch
 from torch import nn
 
 from trainscope.errors import TrainscopeError
-from trainscope.records import prepare_run_dir
+from trainscope.records import OwnedDir, prepare_run_dir
 from trainscope.runtime.dist import DistInfo, broadcast_object
 
 
-def agree_run_dir(info: DistInfo, make: Callable[[], Path]) -> Path:
-    """Rank 0 prepares the run directory (``make``); every rank learns its path or its
-    error, so a refused ``--out`` stops all ranks instead of leaving them waiting."""
+def agree_run_dir(info: DistInfo, make: Callable[[], OwnedDir]) -> tuple[Path, OwnedDir | None]:
+    """Rank 0 prepares (and locks) the run directory with ``make``; every rank learns its
+    path or its error, so a refused ``--out`` stops all ranks instead of leaving them
+    waiting. Returns the path and, on rank 0, the locked directory."""
     result: tuple[str, str | None] = ("", None)
+    owned = None
     if info.is_main:
         try:
-            result = (str(make()), None)
+            owned = make()
+            if info.world_size > 1:  # every other rank's folder, listed before it exists
+                owned.record(dirs=["ranks", *(f"ranks/rank{r}" for r in range(1, info.world_size))])
+            result = (str(owned.path), None)
         except TrainscopeError as e:
             result = ("", str(e))
     path, error = broadcast_object(result, info)
     if error is not None:
         raise TrainscopeError(error)
-    return Path(path)
+    return Path(path), owned
 
 
-def rank_dir(run_dir: Path, info: DistInfo) -> Path:
-    """``RUN_DIR/ranks/rank<R>`` (created; rank 0 empties ``ranks/`` when it overwrites)."""
-    d = run_dir / "ranks" / f"rank{info.rank}"
-    prepare_run_dir(d, overwrite=True)
-    return d
+def rank_dir(run_dir: Path, info: DistInfo) -> OwnedDir:
+    """``RUN_DIR/ranks/rank<R>``, marked and locked by this rank (rank 0 has cleared the
+    old one already when the run directory is shared; on another node's disk this rank
+    clears what an earlier run of its own left there)."""
+    return prepare_run_dir(run_dir / "ranks" / f"rank{info.rank}", overwrite=True, kind="rank")
 
 
 def make_loss_reducer(info: DistInfo) -> Callable[[torch.Tensor], torch.Tensor] | None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import sys
 import time
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -12,13 +14,14 @@ from typing import Any
 
 import torch
 
+from trainscope import outcomes
 from trainscope.config import MULTIPROCESS_STRATEGIES, RunConfig, TrainConfig
 from trainscope.data.loaders import make_loader
-from trainscope.errors import ConfigError
+from trainscope.errors import ConfigError, Terminated, TrainscopeError
 from trainscope.precision import make_precision
 from trainscope.profiling.system import SystemSampler, peak_rss_bytes
-from trainscope.profiling.timer import device_sync, make_stage_timer
-from trainscope.records import STAGES, RunWriter, atomic_write_json, prepare_run_dir
+from trainscope.profiling.timer import ProgressTimer, device_sync, make_stage_timer
+from trainscope.records import STAGES, OwnedDir, RunWriter, atomic_write_json, prepare_run_dir
 from trainscope.runtime import describe_environment, resolve_device, seed_everything
 from trainscope.runtime.device import device_name
 from trainscope.runtime.dist import (
@@ -29,8 +32,10 @@ from trainscope.runtime.dist import (
     rank_device,
     under_torchrun,
 )
+from trainscope.signals import signals_deferred
 from trainscope.strategies import make_strategy
 from trainscope.strategies.base import Strategy
+from trainscope.textsafe import one_line
 from trainscope.tracking import Sinks, make_sinks
 from trainscope.train import ranks
 from trainscope.train.console import RunConsole
@@ -39,6 +44,20 @@ from trainscope.workloads import build_workload, check_options
 from trainscope.workloads.base import Workload
 
 FIRST_LOSSES = 5
+NO_VALIDATION = "no validation data: the workload has no validation split (or it is empty)"
+
+
+def _num_samples(dataset: Any) -> int | None:
+    """len(dataset), or None for a split that has no length (or no split)."""
+    try:
+        return len(dataset) if dataset is not None else None
+    except TypeError:
+        return None
+
+
+def _has_samples(dataset: Any) -> bool:
+    """A split to evaluate on: present and not empty (a split without len() counts)."""
+    return dataset is not None and _num_samples(dataset) != 0
 
 
 def cache_dir() -> Path:
@@ -106,16 +125,42 @@ def _run(
     check_options(cfg.workload)  # so does a bad workload option
     # Tracking sinks mirror rank 0 only; a missing package refuses the run up front.
     sinks = make_sinks(cfg.runtime.track if info.is_main else [])
-    run_dir = ranks.agree_run_dir(
+    run_dir, owned = ranks.agree_run_dir(
         info, lambda: prepare_run_dir(cfg.out or default_out(cfg), cfg.overwrite)
     )
     # Rank 0 writes the run directory itself; every other rank its ranks/rank<R> folder.
-    own_dir = run_dir if info.is_main else ranks.rank_dir(run_dir, info)
-    writer = RunWriter(own_dir)
+    if not info.is_main:
+        owned = ranks.rank_dir(run_dir, info)
+    assert owned is not None
+    try:
+        return _record(cfg, console, device, info, t_start, precision, strategy, sinks, owned)
+    finally:
+        owned.release()  # the lock goes with the last write, and with the process anyway
+
+
+def _record(
+    cfg: RunConfig,
+    console: RunConsole,
+    device: torch.device,
+    info: DistInfo,
+    t_start: float,
+    precision: Any,
+    strategy: Strategy,
+    sinks: Sinks,
+    owned: OwnedDir,
+) -> dict[str, Any]:
+    """The run inside its (locked) directory: every way it ends is written to the record."""
+    run_dir = owned.path if info.is_main else owned.path.parent.parent
+    outcomes.note_run_dir(run_dir)
+    writer = RunWriter(owned)
     if info.is_main:
         # Saved without out/overwrite: rerunning config.yaml makes a fresh run directory.
         writer.write_config({**cfg.to_dict(), "out": None, "overwrite": False})
         writer.write_env(describe_environment(device))
+        writer.record(dirs=sinks.folders())
+    # What is in the sinks' folders now is not theirs (an earlier run's leftovers kept by
+    # the claim, or a user's): only what appears during the run is recorded as written.
+    sink_files_before = {folder: owned.tree(folder) for folder in sinks.folders()}
     summary: dict[str, Any] = {
         "status": "running",
         "error": None,
@@ -139,39 +184,110 @@ def _run(
         console.note(note)
     sinks.start(run_dir, cfg.to_dict(), summary)
     sampler = SystemSampler(
-        own_dir / "system.jsonl",
+        writer.run_dir / "system.jsonl",
         cfg.runtime.system_interval_s,
         gpus=device.type == "cuda",
         on_sample=sinks.log_system,
     )
+    watchdog = _stall_watchdog(cfg, info, writer, summary, console)
     try:
-        with sampler:
-            _train(cfg, device, precision, strategy, writer, summary, console, t_start, sinks)
+        with sampler, watchdog:
+            progress = getattr(watchdog, "progress", None)  # multi-process runs only
+            _train(
+                cfg, device, precision, strategy, writer, summary, console, t_start, sinks, progress
+            )
         summary["system"] = sampler.summary()
-        summary["status"] = "completed"
+        if summary["status"] != "failed":  # unless the stall watchdog has ended the run
+            summary["status"] = "completed"
     except BaseException as e:
+        if summary["status"] != "failed":  # the stall watchdog may have said why already
+            summary["error"] = describe_failure(e)
         summary["status"] = "failed"
-        summary["error"] = (
-            "interrupted by the user"
-            if isinstance(e, KeyboardInterrupt)
-            else (f"{type(e).__name__}: {e}")
-        )
         summary["system"] = sampler.summary()
         raise
     finally:
-        summary["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        writer.close()
-        if sinks:
-            summary["tracking"] = sinks.describe()
-        writer.write_summary(summary)  # the record is complete before any upload waits
-        precision.close()
+        # A signal now would cut the last write short and leave the record "running": it
+        # waits until the record is complete.
+        with signals_deferred():
+            summary["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            writer.close()
+            if sinks:
+                summary["tracking"] = sinks.describe()
+            writer.write_summary(summary)  # the record is complete before any upload waits
+            precision.close()
         if sinks:
             sinks.finish(summary)
             if sinks.warnings_list != summary["tracking"]["warnings"]:
                 summary["tracking"] = sinks.describe()  # finish() itself failed
                 writer.write_summary(summary)
+            for folder in sinks.folders():  # only the sink knows the names it wrote
+                owned.record_tree(folder, sink_files_before.get(folder, set()))
     console.finish(summary)
     return summary
+
+
+# How gloo and nccl say that the rank at the other end of a collective is gone.
+PEER_LOST = ("Connection reset by peer", "Connection closed by peer", "Broken pipe",
+             "NCCL communicator was aborted", "Connection refused")  # fmt: skip
+PEER_LOST_TEXT = "lost the connection to another rank (it ended or crashed)"
+
+# Exit status of a process ended by the stall watchdog.
+STALL_EXIT = 3
+
+
+def _stall_watchdog(
+    cfg: RunConfig, info: DistInfo, writer: RunWriter, summary: dict[str, Any], console: Any
+) -> Any:
+    """A watchdog that ends every rank of a stalled multi-process run within the stall
+    timeout, each with the verdict in its record; a no-op context for one process."""
+    if info.world_size == 1:
+        return contextlib.nullcontext()
+    import torch.distributed as dist
+
+    from trainscope.runtime.watchdog import Progress, StallWatchdog
+
+    def on_stall(verdict: Any) -> None:
+        # In the watchdog's thread, while the main thread may be stuck in a collective:
+        # record, say it once, and leave without waiting for anything that may never come.
+        message = f"stalled: {verdict.message()}"
+        finished = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        for _ in range(3):  # a copy races with the main thread only if it is not stuck
+            try:
+                writer.flush()
+                writer.write_summary(
+                    {**summary, "status": "failed", "error": message, "finished_at": finished}
+                )
+                break
+            except (RuntimeError, ValueError, OSError):
+                time.sleep(0.1)
+        # Should the main thread get going again, it records the same verdict.
+        summary.update(status="failed", error=message)
+        if not outcomes.report_end(message, "stalled") and info.is_main:
+            print(f"trainscope: error: {one_line(message)}", file=sys.stderr, flush=True)
+        # Leave in order, each rank's verdict written first: rank 0 hosts the store the
+        # other watchdogs read, so it waits for them to reach theirs; the others wait for
+        # rank 0, whose collective would otherwise fail with a lost connection first.
+        time.sleep(2 * watchdog.poll_s + (1 if info.is_main else 3))
+        os._exit(STALL_EXIT)
+
+    store = dist.distributed_c10d._get_default_store()
+    watchdog = StallWatchdog(
+        store, info.rank, info.world_size, Progress(), cfg.dist.stall_timeout_s, on_stall
+    )
+    return watchdog
+
+
+def describe_failure(e: BaseException) -> str:
+    """The ``error`` of a failed run's summary: what ended it, in one line."""
+    if isinstance(e, KeyboardInterrupt):
+        return "interrupted by the user (Ctrl-C)"
+    if isinstance(e, Terminated):
+        return f"{e} (the run was stopped from outside)"
+    text = " ".join(str(e).split())  # one line, whatever the exception holds
+    if any(mark in text for mark in PEER_LOST):
+        # A collective failed because another rank went away: this rank is not the cause.
+        return f"{PEER_LOST_TEXT} ({type(e).__name__}: {text[:300]})"
+    return text if isinstance(e, TrainscopeError) else f"{type(e).__name__}: {text}"
 
 
 def compose(model: torch.nn.Module, strategy: Strategy, device: torch.device) -> torch.nn.Module:
@@ -196,6 +312,7 @@ def _train(
     console: RunConsole,
     t_start: float,
     sinks: Sinks,
+    progress: Any = None,
 ) -> None:
     """The body of a run; fills ``summary`` as results come in."""
     stages = dict.fromkeys(STAGES, 0.0)
@@ -214,6 +331,7 @@ def _train(
         loss_fn=workload.loss_fn,
         device=device,
         strategy=strategy,
+        progress=progress,
     )
     workers = cfg.data.num_workers
     if cfg.data.loader == "torch" and workers == "auto":
@@ -235,6 +353,12 @@ def _train(
     summary["num_workers"] = workers
     loader_args = {"device": device, "num_workers": workers, "collate_fn": workload.collate_fn}
     local_batch = strategy.local_batch_size(cfg.data.batch_size)
+    n_train = _num_samples(workload.train_set)
+    if n_train and cfg.data.batch_size > n_train and not cfg.data.drop_last:
+        # As in PyTorch: the whole training set is one (short) batch per epoch; say so.
+        note = f"batch size {cfg.data.batch_size} > {n_train} training samples: one batch per epoch"
+        summary["notes"] = [*summary.get("notes", []), note]
+        console.note(note)
     shard = {"rank": info.rank, "world_size": info.world_size}
     train_loader = make_loader(
         workload.train_set, cfg.data, train=True, batch_size=local_batch, **shard, **loader_args
@@ -243,10 +367,16 @@ def _train(
     # evaluates the whole split (the same figures everywhere; FSDP needs all ranks anyway).
     val_loader = (
         make_loader(workload.val_set, cfg.data, train=False, **loader_args)
-        if workload.val_set is not None and not cfg.train.data_only
+        if _has_samples(workload.val_set) and not cfg.train.data_only
         else None
     )
+    if val_loader is None and not cfg.train.data_only:
+        # Never a loss of 0 / accuracy of 0 from an empty split: say there is none.
+        summary["notes"] = [*summary.get("notes", []), NO_VALIDATION]
+        console.note(NO_VALIDATION)
     timer = make_stage_timer(device, cfg.runtime.timing)
+    if progress is not None:
+        timer = ProgressTimer(timer, progress)
     summary.update(
         model=type(workload.model).__name__,
         num_parameters=n_params,
@@ -328,7 +458,7 @@ def _train(
 
     # --- final test evaluation -------------------------------------------------------
     test = None
-    if workload.test_set is not None and not cfg.train.data_only:
+    if _has_samples(workload.test_set) and not cfg.train.data_only:
         t0 = time.perf_counter()
         test_loader = make_loader(workload.test_set, cfg.data, train=False, **loader_args)
         test = evaluate(state, workload, test_loader)
@@ -372,7 +502,7 @@ def _train(
     _throughput_figures(summary, workload, device, cfg.runtime.precision, info.world_size)
     _gather_ranks(summary, info)
     if cfg.train.save_weights and not cfg.train.data_only:
-        _save(writer.run_dir, state, strategy, workload, summary)
+        _save(writer, state, strategy, workload, summary)
 
 
 def _throughput_scale(strategy: Strategy) -> int:
@@ -413,7 +543,7 @@ def _gather_ranks(summary: dict[str, Any], info: DistInfo) -> None:
 
 
 def _save(
-    run_dir: Any, state: TrainState, strategy: Strategy, workload: Workload, summary: dict
+    writer: RunWriter, state: TrainState, strategy: Strategy, workload: Workload, summary: dict
 ) -> None:
     """model.safetensors (+ the workload's artifacts as JSON), written by rank 0.
 
@@ -423,7 +553,9 @@ def _save(
     if not strategy.info.is_main:
         return
     skip = ranks.tied_duplicates(strategy.unwrap(state.model))
-    path = run_dir / "model.safetensors"
+    path = writer.run_dir / "model.safetensors"
     summary["weights"] = {"file": path.name, "bytes": ranks.save_weights(path, full, skip)}
-    for name, obj in workload.artifacts.items():
-        atomic_write_json(run_dir / f"{name}.json", obj)
+    artifacts = {f"{name}.json": obj for name, obj in workload.artifacts.items()}
+    writer.record(*artifacts)  # listed first: what --overwrite may remove later
+    for file, obj in artifacts.items():
+        atomic_write_json(writer.run_dir / file, obj)

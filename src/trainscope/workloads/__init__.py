@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -58,12 +61,33 @@ def _builtin(name: str) -> Callable[..., Workload]:
 
 
 def load_factory(spec: str) -> Callable[..., Workload]:
-    """Import ``package.module:factory`` (one clear error for each way it can fail)."""
+    """Import ``package.module:factory`` (one clear error for each way it can fail).
+
+    Where the module is looked for, the same with one process and under ``--nproc``:
+    first where Python finds installed packages (site-packages, ``PYTHONPATH``), then, only
+    if it is not found there, in the current directory. The current directory is added at
+    the *end* of ``sys.path`` for that import only (what the module imports as it loads
+    comes from there too), so a file there never replaces an installed package (a
+    ``./yaml.py`` cannot stand in for PyYAML) and nothing imported later looks there.
+    """
     module_name, _, attr = spec.partition(":")
+    top = module_name.split(".")[0]
+    added = None
     try:
+        if importlib.util.find_spec(top) is None and os.getcwd() not in sys.path:
+            added = os.getcwd()
+            sys.path.append(added)
         module = importlib.import_module(module_name)
     except ImportError as e:
-        raise ConfigError(f"workload {spec!r}: cannot import {module_name!r} ({e})") from None
+        raise ConfigError(
+            f"workload {spec!r}: cannot import {module_name!r} ({e}); it is looked for among "
+            "installed packages and PYTHONPATH, then in the current directory"
+        ) from None
+    finally:
+        # Only for this import: a later lazy import (of an optional package that is not
+        # installed, say) must not find a file of the same name in the current directory.
+        if added is not None and added in sys.path:
+            sys.path.remove(added)
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise ConfigError(f"workload {spec!r}: {module_name} has no callable {attr!r}")

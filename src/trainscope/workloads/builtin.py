@@ -13,6 +13,7 @@ from torch.utils.data import Dataset, TensorDataset
 from trainscope.config import WorkloadConfig
 from trainscope.data.augment import RandomAffine
 from trainscope.data.fast import InMemorySplit
+from trainscope.errors import DataError
 from trainscope.workloads.base import Workload
 from trainscope.workloads.lenet import LeNet5
 
@@ -145,18 +146,23 @@ def mnist(cfg: WorkloadConfig, cache_dir: Path) -> Workload:
 
     root = ensure_mnist(cfg.data_dir, cache_dir / "mnist", download=cfg.download)
     train_x, train_y, test_x, test_y = load_mnist_arrays(root)
+    # Real MNIST is 28x28, but MNIST-format files of another size work as well: the model
+    # is sized from the images (LeNet5 needs at least 4x4 of them).
+    h, w = train_x.shape[1:]
+    if min(h, w) < 4:
+        raise DataError(f"the MNIST files in {root} hold {h}x{w} images; LeNet5 needs at least 4x4")
     n_val = min(MNIST_VAL_SIZE, len(train_y) // 10)
     n_train = len(train_y) - n_val
     ty = torch.from_numpy(train_y.astype(np.int64))
-    raw = torch.from_numpy(train_x[:n_train]).unsqueeze(1)  # uint8 (N, 1, 28, 28)
+    raw = torch.from_numpy(train_x[:n_train]).unsqueeze(1)  # uint8 (N, 1, H, W)
     return Workload(
         name="mnist",
-        model=LeNet5(in_channels=1, image_size=28, num_classes=10),
+        model=LeNet5(in_channels=1, image_size=(h, w), num_classes=10),
         train_set=_train_split(raw, ty[:n_train], cfg.augment, 255.0, MNIST_MEAN, MNIST_STD),
         val_set=TensorDataset(_normalised(train_x[n_train:]), ty[n_train:]),
         test_set=TensorDataset(_normalised(test_x), torch.from_numpy(test_y.astype(np.int64))),
         num_classes=10,
-        description="MNIST 28x28, LeNet5" + _augment_note(cfg),
+        description=f"MNIST {h}x{w}, LeNet5" + _augment_note(cfg),
     )
 
 

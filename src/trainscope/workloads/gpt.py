@@ -25,8 +25,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from trainscope.config import WorkloadConfig
-from trainscope.errors import ConfigError
+from trainscope.config import WorkloadConfig, gib, memory_budget_bytes, show
+from trainscope.errors import ConfigError, DataError
 from trainscope.workloads.base import Workload
 
 # --------------------------------------------------------------------------- config
@@ -56,18 +56,29 @@ class GPTConfig:
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"gpt {name} must be a positive integer, got {value!r}")
+                raise ConfigError(f"gpt {name} must be a positive integer, got {show(value)}")
         if self.n_embd % self.n_head:
             raise ConfigError(
-                f"gpt n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})"
+                f"gpt n_embd ({show(self.n_embd)}) must be divisible by n_head "
+                f"({show(self.n_head)})"
             )
         if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)):
-            raise ConfigError(f"gpt dropout must be a number in [0, 1), got {self.dropout!r}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"gpt dropout must be in [0, 1), got {self.dropout}")
+            raise ConfigError(f"gpt dropout must be a number in [0, 1), got {show(self.dropout)}")
+        if not 0.0 <= self.dropout < 1.0:  # NaN fails this too
+            raise ConfigError(f"gpt dropout must be in [0, 1), got {show(self.dropout)}")
         self.dropout = float(self.dropout)
         if not isinstance(self.bias, bool):
             raise ConfigError(f"gpt bias must be true or false, got {self.bias!r}")
+        # The model is built in host memory first: refuse a shape whose fp32 weights alone
+        # cannot fit there, rather than fail (or swap) allocating them.
+        n_params = flop_params(self) + self.block_size * self.n_embd
+        budget = memory_budget_bytes()
+        if 4 * n_params > budget:
+            raise ConfigError(
+                f"gpt model of {n_params:.3g} parameters needs {gib(4 * n_params)} for its "
+                f"weights alone, more than the {gib(budget)} allowed (half of this machine's "
+                f"memory): lower n_layer, n_embd or block_size"
+            )
 
     @property
     def head_dim(self) -> int:
@@ -98,6 +109,9 @@ DEFAULT_PRESET = "shakespeare"
 DEFAULT_EVAL_WINDOWS = 640
 """Validation windows: 20 batches of the default batch size 32. A window count rather than
 a batch count, so the validation estimate does not change with the batch size."""
+MAX_EVAL_TOKENS = 1 << 26
+"""eval_windows x block_size at most: the validation windows are held in memory as int64
+inputs and targets (512 MiB each at this bound; the default is 640 x 256)."""
 OPTION_KEYS = ("preset", *PRESETS[DEFAULT_PRESET], "eval_windows")
 
 
@@ -105,8 +119,9 @@ def check_options(options: Mapping[str, Any]) -> None:
     """Raise ConfigError for any bad gpt-char option, without reading the corpus (a run
     checks this before it creates its run directory). The corpus's size stands in for the
     vocabulary, which only the corpus knows."""
-    _, fields, _ = resolve_options(options)
+    _, fields, eval_windows = resolve_options(options)
     GPTConfig(vocab_size=65, **fields)
+    _check_eval_size(eval_windows, fields["block_size"])
 
 
 def resolve_options(options: Mapping[str, Any]) -> tuple[str, dict[str, Any], int]:
@@ -131,9 +146,30 @@ def resolve_options(options: Mapping[str, Any]) -> tuple[str, dict[str, Any], in
     eval_windows = options.get("eval_windows", DEFAULT_EVAL_WINDOWS)
     if isinstance(eval_windows, bool) or not isinstance(eval_windows, int) or eval_windows < 1:
         raise ConfigError(
-            f"gpt-char: eval_windows must be a positive integer, got {eval_windows!r}"
+            f"gpt-char: eval_windows must be a positive integer, got {show(eval_windows)}"
         )
     return preset, fields, eval_windows
+
+
+def _check_eval_size(eval_windows: int, block_size: int) -> None:
+    """The validation windows are held in memory whole: bound their tokens."""
+    if eval_windows * block_size > MAX_EVAL_TOKENS:
+        raise ConfigError(
+            f"gpt-char: eval_windows x block_size = {eval_windows} x {block_size} validation "
+            f"tokens, more than the {MAX_EVAL_TOKENS} held in memory at most: lower "
+            f"eval_windows or block_size"
+        )
+
+
+def min_corpus_chars(block_size: int) -> int:
+    """The fewest characters a corpus needs for gpt-char: a window of ``block_size`` plus
+    its next character in both the training and the validation part of the split."""
+    from trainscope.data.text import TRAIN_FRACTION
+
+    n = max(int((block_size + 1) / (1 - TRAIN_FRACTION)) - 10, 2)
+    while not (block_size < int(n * TRAIN_FRACTION) < n - block_size):
+        n += 1
+    return n
 
 
 # --------------------------------------------------------------------------- model
@@ -295,29 +331,36 @@ def generate(
     ``top_k`` most likely tokens if given, and samples with ``generator``. The model is
     put in eval mode for the call and given back in the mode it had.
     """
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if not (math.isfinite(temperature) and temperature >= 0):
+        raise ValueError(f"temperature must be a finite number >= 0, got {temperature}")
     if top_k is not None and top_k < 1:
         raise ValueError(f"top_k must be positive, got {top_k}")
     block_size = model.config.block_size
     was_training = model.training
+    t0 = idx.shape[1]
+    # One buffer for the whole result: appending with torch.cat would copy the sequence
+    # at every step, quadratic in its length.
+    out = torch.empty(idx.shape[0], t0 + max_new_tokens, dtype=idx.dtype, device=idx.device)
+    out[:, :t0] = idx
     model.eval()
     try:
-        for _ in range(max_new_tokens):
-            logits = model(idx[:, -block_size:])[:, -1, :].float()
+        for t in range(t0, t0 + max_new_tokens):
+            logits = model(out[:, max(t - block_size, 0) : t])[:, -1, :].float()
             if temperature == 0:
                 nxt = logits.argmax(dim=-1, keepdim=True)
             else:
-                logits = logits / temperature
                 if top_k is not None and top_k < logits.shape[-1]:
                     kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
                     logits = logits.masked_fill(logits < kth, float("-inf"))
+                # Shift so the largest logit is 0 before dividing: a tiny temperature then
+                # sends the others to -inf (probability 0), never the largest to inf (NaN).
+                logits = (logits - logits.amax(dim=-1, keepdim=True)) / temperature
                 probs = torch.softmax(logits, dim=-1)
                 nxt = torch.multinomial(probs, 1, generator=generator)
-            idx = torch.cat([idx, nxt], dim=1)
+            out[:, t : t + 1] = nxt
     finally:
         model.train(was_training)
-    return idx
+    return out
 
 
 # --------------------------------------------------------------------------- loss, metrics
@@ -385,15 +428,26 @@ def gpt_char(cfg: WorkloadConfig, cache_dir: Path) -> Workload:
     preset, fields, eval_windows = resolve_options(cfg.options)
     # Check the model options before touching (or downloading) any data.
     GPTConfig(vocab_size=1, **fields)
-    text = read_text(ensure_shakespeare(cfg.data_dir, cache_dir, download=cfg.download))
+    _check_eval_size(eval_windows, fields["block_size"])
+    path = ensure_shakespeare(cfg.data_dir, cache_dir, download=cfg.download)
+    text = read_text(path)
+    t = fields["block_size"]
+    need = min_corpus_chars(t)
+    if len(text) < need:
+        held = f"{len(text)} character" + ("" if len(text) == 1 else "s")
+        raise DataError(
+            f"{path} holds {held}; gpt-char with block_size {t} needs at least {need} (a "
+            f"window of {t} + 1 characters in both the 90% training and the 10% validation "
+            f"part): use a longer text or a smaller --block-size"
+        )
     vocab = CharVocab.from_text(text)
     ids = torch.tensor(vocab.encode(text), dtype=torch.int64)
     train_ids, val_ids = split_train_val(ids)
-    gpt_cfg = GPTConfig(vocab_size=len(vocab), **fields)
-    model = GPT(gpt_cfg)
-    t = gpt_cfg.block_size
+    # The data first: a model is only built once the windows it needs exist.
     train_set = CharWindows(train_ids, t)
     val_set = fixed_windows(val_ids, t, eval_windows)
+    gpt_cfg = GPTConfig(vocab_size=len(vocab), **fields)
+    model = GPT(gpt_cfg)
     per_token = flops_per_token(gpt_cfg)
     n_params = count_params(model)
     info = {

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from trainscope.config import gib, memory_budget_bytes
 from trainscope.errors import ConfigError
 
 
@@ -31,18 +32,26 @@ class LeNet5(nn.Module):
         conv2 = nn.Sequential(
             nn.Conv2d(6, 16, k, padding=k // 2 if small else 0), nn.ReLU(), nn.MaxPool2d(2)
         )
-        # Size the head from a dummy forward instead of hand arithmetic: it stays right for
-        # any input shape the workload brings (and non-square images).
-        try:
-            with torch.no_grad():
-                feat = conv2(conv1(torch.zeros(1, in_channels, h, w)))
-        except RuntimeError:
-            raise ConfigError(f"image size {h}x{w} is too small for LeNet5 (min 4x4)") from None
-        if feat.numel() == 0:
+        # Size the head by arithmetic, not by a dummy forward: a forward pass would
+        # allocate the activations of a whole image, which for an absurd size is the
+        # failure itself. Both convs keep the size when small (odd k, padding k // 2);
+        # otherwise conv2 trims k - 1; each pooling halves, rounding down.
+        fh, fw = ((n // 2 if small else n // 2 - k + 1) // 2 for n in (h, w))
+        if min(h, w) < 1 or min(fh, fw) < 1:
             raise ConfigError(f"image size {h}x{w} is too small for LeNet5 (min 4x4)")
+        features = 16 * fh * fw
+        # The head's first layer grows with the image area: refuse a size whose weights
+        # cannot fit in host memory rather than fail allocating them.
+        n_params = features * 120 + 120 * 84 + 84 * num_classes
+        if 4 * n_params > memory_budget_bytes():
+            raise ConfigError(
+                f"image size {h}x{w} with {num_classes} classes gives LeNet5 "
+                f"{n_params:.3g} parameters ({gib(4 * n_params)}), more than the "
+                f"{gib(memory_budget_bytes())} allowed (half of this machine's memory)"
+            )
         head = nn.Sequential(
             nn.Flatten(),
-            nn.Linear(feat.numel(), 120),
+            nn.Linear(features, 120),
             nn.ReLU(),
             nn.Linear(120, 84),
             nn.ReLU(),

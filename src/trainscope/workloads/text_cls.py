@@ -101,11 +101,15 @@ def _int(key: str, value: Any, minimum: int) -> int:
 def _float(key: str, value: Any, low: float, high: float | None = None) -> float:
     try:
         x = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an int past 1e308
         x = float("nan")
-    if isinstance(value, bool) or not (x >= low and (high is None or x < high)):
+    # NaN fails every comparison; infinity passes an open upper end, so refuse it by name.
+    finite = x not in (float("inf"), float("-inf"))
+    if isinstance(value, bool) or not (finite and x >= low and (high is None or x < high)):
+        from trainscope.config import show  # a huge integer by its size, not its digits
+
         bound = f"in [{low}, {high})" if high is not None else f">= {low}"
-        raise ConfigError(f"text-cls option {key} must be a number {bound}, got {value!r}")
+        raise ConfigError(f"text-cls option {key} must be a number {bound}, got {show(value)}")
     return x
 
 
@@ -149,17 +153,26 @@ def parse_options(options: Mapping[str, Any]) -> TextClsOptions:
         raise ConfigError(
             f"text-cls option max_length must be <= {MAX_POSITIONS}, got {max_length}"
         )
+    # Upper bounds so that a typo is a message, not an allocation that fails (or a
+    # tokenizer that aborts the process): a LoRA rank beyond any of these models' widths
+    # adapts nothing more, and BERT's own vocabulary has 30,522 entries.
+    lora_r, vocab_size = _int("lora_r", o["lora_r"], 0), _int("vocab_size", o["vocab_size"], 100)
+    for key, value, most in (("lora_r", lora_r, 4096), ("vocab_size", vocab_size, 1_000_000)):
+        if value > most:
+            from trainscope.config import show
+
+            raise ConfigError(f"text-cls option {key} must be at most {most}, got {show(value)}")
     return TextClsOptions(
         task=glue_task(str(o["task"])).name,
         model=model,
         size=size,
         pretrained=pretrained.strip() if pretrained else None,
         max_length=max_length,
-        lora_r=_int("lora_r", o["lora_r"], 0),
+        lora_r=lora_r,
         lora_alpha=_float("lora_alpha", o["lora_alpha"], 1e-9),
         lora_dropout=_float("lora_dropout", o["lora_dropout"], 0.0, 1.0),
         lora_targets=[str(t) for t in targets],
-        vocab_size=_int("vocab_size", o["vocab_size"], 100),
+        vocab_size=vocab_size,
         train_limit=None if o["train_limit"] is None else _int("train_limit", o["train_limit"], 1),
         eval_limit=None if o["eval_limit"] is None else _int("eval_limit", o["eval_limit"], 1),
     )

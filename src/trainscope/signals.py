@@ -1,0 +1,101 @@
+"""How a trainscope process ends when it is told to: signals become an exception that
+every run records, and launched children never outlive their parent (torch-free).
+
+``timeout``, batch schedulers and ``docker stop`` send SIGTERM; a closed terminal sends
+SIGHUP; Ctrl-\\ sends SIGQUIT. Python's default for each is to die on the spot, which
+leaves a run's ``summary.json`` at ``running`` forever. Inside :func:`signals_end_runs`
+each of them raises :class:`~trainscope.errors.Terminated` in the main thread instead,
+exactly as Ctrl-C raises KeyboardInterrupt, so the run's ``finally`` blocks record
+``failed`` with the signal's name and flush what they hold.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from types import FrameType
+
+from trainscope.errors import Terminated
+
+# The signals that end a run the way Ctrl-C does (SIGINT keeps Python's own handler).
+ENDING_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGTERM", "SIGHUP", "SIGQUIT") if hasattr(signal, name)
+)
+
+
+@contextlib.contextmanager
+def signals_end_runs() -> Iterator[None]:
+    """Within this block, SIGTERM/SIGHUP/SIGQUIT raise :class:`Terminated` (once).
+
+    The first signal raises; later ones, arriving while the run records its end, are
+    noted and ignored so that the record is completed. Outside the main thread (where
+    Python cannot install handlers) this is a no-op.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    fired: list[int] = []
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        fired.append(signum)
+        if len(fired) == 1:
+            raise Terminated(signum)
+
+    previous = {s: signal.signal(s, handler) for s in ENDING_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, old in previous.items():
+            signal.signal(s, old)
+
+
+def die_with_parent() -> None:
+    """Ask the kernel to send this process SIGTERM when its parent dies (Linux only).
+
+    A launched process (torchrun, its workers, a study's run in a process of its own)
+    whose launcher is killed, even by SIGKILL, must stop instead of training on,
+    re-parented, to the end. Elsewhere this is a no-op.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    # The parent may have died before the request was made: then no signal would come.
+    expected = os.environ.get("TRAINSCOPE_PARENT_PID")
+    if expected is not None and str(os.getppid()) != expected:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold Ctrl-C and the ending signals until the block is done (a run writing its last
+    record: an exception in the middle would leave ``summary.json`` at ``running``).
+
+    A signal that arrived meanwhile is delivered again as the block ends, to whatever
+    handler was in place before. No-op outside the main thread.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    previous = {
+        s: signal.signal(s, lambda signum, frame: held.append(signum))
+        for s in (signal.SIGINT, *ENDING_SIGNALS)
+    }
+    try:
+        yield
+    finally:
+        for s, old in previous.items():
+            signal.signal(s, old)
+        if held:
+            signal.raise_signal(held[0])

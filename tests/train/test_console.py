@@ -1,0 +1,50 @@
+"""The run console prints names, notes and summaries from the config literally: rich
+markup is shown as text and control characters as escapes (no torch needed)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from trainscope.train.console import RunConsole
+
+ANSI = "\x1b]0;pwned\x07\x1b[2J\r\x08\x9b"
+MARKUP = "[bold red]loud[/]"
+CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f]")
+
+
+@pytest.fixture
+def plain_console(monkeypatch: pytest.MonkeyPatch) -> None:
+    """rich writing to a captured stream: no styling of its own, lines wide enough."""
+    for var in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("COLUMNS", "400")
+
+
+def test_run_console_prints_record_text_literally(
+    plain_console: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    summary = {
+        "workload": f"{MARKUP}{ANSI}",
+        "device": "cpu",
+        "device_name": "[link=https://evil]click[/link]",
+        "precision": "fp32",
+        "batch_size": 8,
+        "num_workers": 0,
+        "status": "completed",
+        "model": f"net{ANSI}",
+        "per_class_accuracy": {f"{MARKUP}\x1b[31m": 0.5},
+    }
+    console = RunConsole(enabled=True, progress=False)
+    console.start(Path("runs") / f"r\n{MARKUP}", summary)
+    console.note(f"note {MARKUP}{ANSI}\nsecond line")
+    console.finish(summary)
+    err = capsys.readouterr().err
+    assert not CONTROL.search(err), repr(CONTROL.search(err))
+    assert err.startswith(f"trainscope {MARKUP}\\x1b]0;pwned\\x07")
+    assert "[link=https://evil]click[/link]" in err
+    assert f"runs/r\\n{MARKUP}" in err  # the run directory stays on its line
+    assert f"note {MARKUP}\\x1b]0;pwned" in err and "\nsecond line" in err
+    assert f"{MARKUP}\\x1b[31m" in err  # a per-class table cell
