@@ -97,3 +97,14 @@ def make_mnist_dir(tmp_path: Path) -> Callable[..., Path]:
 def mnist_dir(make_mnist_dir: Callable[..., Path]) -> Path:
     """A small MNIST folder: 200 training and 50 test images of 28x28, gzip-compressed."""
     return make_mnist_dir()
+
+
+@pytest.fixture
+def isolated_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Run the CLI as a user would, inside ``tmp_path``: default run directories (runs/...)
+    and the download cache stay there, and a TRAINSCOPE_DEBUG in the caller's environment
+    does not turn errors into tracebacks. Returns ``tmp_path``."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TRAINSCOPE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("TRAINSCOPE_DEBUG", raising=False)
+    return tmp_path

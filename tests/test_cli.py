@@ -26,19 +26,10 @@ import yaml
 from trainscope.cli import main
 from trainscope.data.idx import write_idx
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("isolated_cli")]
 
 # A real training run, kept tiny.
 TINY = ["--epochs", "1", "--max-steps-per-epoch", "3", "-q", "--no-progress"]
-
-
-@pytest.fixture(autouse=True)
-def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Default run directories (runs/...) and the download cache stay inside tmp_path, and a
-    # TRAINSCOPE_DEBUG in the caller's environment must not turn errors into tracebacks.
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("TRAINSCOPE_CACHE", str(tmp_path / "cache"))
-    monkeypatch.delenv("TRAINSCOPE_DEBUG", raising=False)
 
 
 def run_main(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

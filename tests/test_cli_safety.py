@@ -16,16 +16,9 @@ import yaml
 
 from trainscope.cli import main
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.usefixtures("isolated_cli")]
 
 TINY = ["--epochs", "1", "--max-steps-per-epoch", "2", "-q", "--no-progress"]
-
-
-@pytest.fixture(autouse=True)
-def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("TRAINSCOPE_CACHE", str(tmp_path / "cache"))
-    monkeypatch.delenv("TRAINSCOPE_DEBUG", raising=False)
 
 
 def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:

@@ -15,7 +15,7 @@ import pytest
 from tests.conftest import write_mnist_dir
 from trainscope.cli import main
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("isolated_cli")]
 
 QUICK = ["--epochs", "1", "--max-steps-per-epoch", "1", "--no-download", "--no-progress", "--quiet"]
 
