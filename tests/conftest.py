@@ -108,3 +108,20 @@ def isolated_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("TRAINSCOPE_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("TRAINSCOPE_DEBUG", raising=False)
     return tmp_path
+
+
+def raises_within_memory(
+    expected: type[BaseException], call: Callable[[], object]
+) -> tuple[BaseException, int]:
+    """Call ``call``, which must raise ``expected``; return the exception and the peak of
+    Python memory allocated meanwhile (tracemalloc), to bound what refusing it cost."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(expected) as caught:
+            call()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return caught.value, peak

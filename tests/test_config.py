@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.conftest import raises_within_memory
 from trainscope.config import (
     DataConfig,
     RunConfig,
@@ -523,8 +524,6 @@ def _billion_laughs(levels: int = 9) -> str:
 
 
 def test_alias_bomb_is_refused_with_bounded_memory(tmp_path: Path) -> None:
-    import tracemalloc
-
     # What a run writes never holds an alias, even where one list is used twice: asdict
     # copies it. So refusing aliases costs no config that trainscope wrote.
     shared = [1, 2]
@@ -535,14 +534,8 @@ def test_alias_bomb_is_refused_with_bounded_memory(tmp_path: Path) -> None:
 
     path = tmp_path / "bomb.yaml"
     path.write_text(_billion_laughs())
-    tracemalloc.start()
-    try:
-        with pytest.raises(ConfigError) as exc:
-            load_yaml(path)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    message = str(exc.value)
+    error, peak = raises_within_memory(ConfigError, lambda: load_yaml(path))
+    message = str(error)
     assert "bomb.yaml uses the YAML alias *l0" in message
     assert "anchors and aliases are not needed in a trainscope config" in message
     assert "\n" not in message and peak < 16 * 2**20

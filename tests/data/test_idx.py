@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import gzip
 import struct
-import tracemalloc
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.conftest import shared_mnist_dir
+from tests.conftest import raises_within_memory, shared_mnist_dir
 from trainscope.data.idx import IMAGES_MAGIC, LABELS_MAGIC, read_idx, write_idx
 from trainscope.errors import DataError
 
@@ -173,14 +172,8 @@ def test_header_claiming_more_than_the_stream_holds_costs_no_memory(tmp_path: Pa
     # bytes that arrive, not the claim.
     payload = np.random.default_rng(0).integers(0, 256, 256 * 1024, dtype=np.uint8).tobytes()
     path = _gzip_with_header(tmp_path / "claims-200mb.gz", (200, 1000, 1000), payload)
-    tracemalloc.start()
-    try:
-        with pytest.raises(DataError) as exc:
-            read_idx(path)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    assert "holds 262144 bytes of data, header says 200000000" in _one_line(exc)
+    error, peak = raises_within_memory(DataError, lambda: read_idx(path))
+    assert "holds 262144 bytes of data, header says 200000000" in " ".join(str(error).split())
     assert peak < 16 * 2**20
 
 
