@@ -136,6 +136,15 @@ def _add_study_parser(sub: Any) -> None:
         )
         p.add_argument("--no-report", action="store_true", help="skip building the report")
         p.add_argument("--quiet", "-q", action="store_true", help="print errors only")
+        p.add_argument(
+            "--fresh-processes",
+            action=argparse.BooleanOptionalAction,
+            default=None,
+            help="run every configuration in a process of its own, so setup time and peak "
+            "memory are each run's own (default on for "
+            + ", ".join(FRESH_BY_DEFAULT)
+            + "; off for loader: many short runs)",
+        )
         if name == "loader":
             p.add_argument(
                 "--workers", default="0-10", metavar="LIST", help="num_workers values (0-10)"
@@ -168,6 +177,10 @@ def _add_study_parser(sub: Any) -> None:
                 help="precisions to compare (default all four)",
             )
 
+
+# Studies that compare setup time or memory run each configuration in a fresh process
+# unless told otherwise (the modules' FRESH_PROCESS; named here so --help imports no torch).
+FRESH_BY_DEFAULT = ("profile", "precision", "strategies")
 
 # The strategies study's configurations (kept here too: --help must not import torch).
 STRATEGY_CONFIGS = ("single", "dp", "ddp-1proc", "ddp", "fsdp", "gather-scatter", "allreduce")
@@ -248,8 +261,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         if not args.quiet:
             print_study_report(study_report)
         return 0
-    from trainscope.reports.console import print_report
-    from trainscope.reports.run_report import build_run_report
+    from trainscope.reports.run_report import build_run_report, print_report
 
     report = build_run_report(args.run_dir, args.out)
     if not args.quiet:
@@ -356,7 +368,12 @@ def cmd_study(args: argparse.Namespace) -> int:
             print(terminal_text(text), file=sys.stderr)
 
     run_fn = None
-    if getattr(planner, "FRESH_PROCESS", False):
+    fresh = args.fresh_processes
+    if fresh is None:
+        fresh = getattr(planner, "FRESH_PROCESS", False)
+    # Part of the plan: the report says how the runs were executed and what that implies.
+    plan.options["execution"] = "process per run" if fresh else "one process"
+    if fresh:
         import functools
 
         from trainscope.launch import run_any

@@ -150,6 +150,14 @@ RUN_FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
         "runtime.system_interval_s",
         {"type": float, "metavar": "S", "help": "seconds between system samples"},
     ),
+    "--timing-warmup": (
+        "runtime.timing_warmup_steps",
+        {
+            "type": int,
+            "metavar": "K",
+            "help": "first K steps reported apart from the steady state (default 5)",
+        },
+    ),
     "--track": (
         "runtime.track",
         {

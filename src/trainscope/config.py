@@ -271,6 +271,9 @@ class RuntimeConfig:
     """auto: perf_counter on CPU, CUDA events on GPU; exact: synchronize at every stage."""
     system_interval_s: float = 1.0
     """Seconds between system-metric samples (CPU %, RSS, GPU)."""
+    timing_warmup_steps: int = 5
+    """First steps of the run reported apart from the steady state (allocator growth,
+    lazy initialisation, autotuning): the steady-state step time excludes them."""
     progress: bool = True
     """Show progress bars on the console."""
     track: list[str] = field(default_factory=list)
@@ -295,6 +298,13 @@ class RuntimeConfig:
                 )
         lo, hi = MIN_SYSTEM_INTERVAL_S, MAX_SYSTEM_INTERVAL_S
         _number("system_interval_s", self.system_interval_s, low=lo, high=hi)
+        if isinstance(self.timing_warmup_steps, bool) or not isinstance(
+            self.timing_warmup_steps, int
+        ):
+            raise ConfigError(
+                f"timing_warmup_steps must be a whole number, got {self.timing_warmup_steps!r}"
+            )
+        _number("timing_warmup_steps", self.timing_warmup_steps, low=0, high=1_000_000)
 
 
 @dataclass

@@ -178,6 +178,9 @@ _LATEX_SPECIALS = {
     "–": "--",
     "—": "---",
     "±": r"\ensuremath{\pm}",
+    "≈": r"\ensuremath{\approx}",
+    "≥": r"\ensuremath{\geq}",
+    "≤": r"\ensuremath{\leq}",
     "×": r"\ensuremath{\times}",
     "µ": r"\ensuremath{\mu}",
 }

@@ -22,8 +22,7 @@ from tests.reports.latex import compile_latex, find_latex, latex_problems
 from tests.reports.runs import COMPLETED, ENV, FAILED, write_run
 from trainscope.records.study_dir import PlannedRun, StudyPlan, write_study
 from trainscope.reports.compare import build_comparison, print_comparison
-from trainscope.reports.console import print_report
-from trainscope.reports.run_report import build_run_report
+from trainscope.reports.run_report import build_run_report, print_report
 from trainscope.reports.study_report import build_study_report, print_study_report
 from trainscope.reports.tables import Table
 

@@ -47,7 +47,12 @@ def check_files(written: list[Path], png: Path) -> str:
 def test_workers_sweep_writes_files_with_annotations(tmp_path: Path) -> None:
     png = tmp_path / "sweep.png"
     written = workers_sweep_plot(
-        SWEEP, png, default_workers=0, fast=(0.8, 0.05), title="CIFAR-10 $5 data only"
+        SWEEP,
+        png,
+        default_workers=0,
+        fast=(0.8, (0.05, 0.1)),
+        fastest=("persistent_workers", 4),
+        title="CIFAR-10 $5 data only",
     )
     text = check_files(written, png)
     assert "fastest: 4 workers, 1.2 s" in text
@@ -60,9 +65,18 @@ def test_workers_sweep_writes_files_with_annotations(tmp_path: Path) -> None:
 def test_workers_sweep_without_default_point_still_marks_default(tmp_path: Path) -> None:
     png = tmp_path / "sweep.png"
     series = {"pin_memory": [(2, 2.0, 0.1), (4, 1.5, float("nan"))]}
-    text = check_files(workers_sweep_plot(series, png), png)
+    text = check_files(workers_sweep_plot(series, png, fastest=("pin_memory", 4)), png)
     assert "PyTorch default (num_workers=0)" in text
     assert "fastest: 4 workers, 1.5 s" in text
+
+
+def test_workers_sweep_marks_no_fastest_when_the_caller_found_none(tmp_path: Path) -> None:
+    """The plot stars a setting only when told one is faster beyond the noise; otherwise it
+    says how many settings tie, and no point is called fastest."""
+    png = tmp_path / "sweep.png"
+    text = check_files(workers_sweep_plot(SWEEP, png, tied=3), png)
+    assert "fastest: " not in text.replace("no single fastest: ", "")
+    assert "no single fastest: 3 settings within noise of the lowest" in text
 
 
 def test_workers_sweep_is_byte_identical_when_rebuilt(tmp_path: Path) -> None:

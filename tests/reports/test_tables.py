@@ -219,9 +219,12 @@ def test_html_table_follows_explicit_alignment() -> None:
     assert plain.to_html().startswith("<table>\n<thead>")
 
 
-def test_overview_shows_strategy_tokens_and_mfu_only_where_they_apply() -> None:
-    plain = {r[0] for r in overview_table(SUMMARY).rows}
-    assert not plain & {"Strategy", "Peak memory, largest rank", "Tokens/s", "MFU"}
+def test_overview_shows_every_measured_thing_and_says_why_one_is_missing() -> None:
+    """Strategy and world size, MFU (or why not), process vs run wall, steady state,
+    trainable parameters, validation loss and perplexity: what the record has is shown."""
+    plain = {r[0]: r[1] for r in overview_table(SUMMARY).rows}
+    assert not plain.keys() & {"Peak memory, largest rank", "Tokens/s"}
+    assert plain["Strategy"] == MISSING and plain["MFU"] == MISSING  # an old record: unknown
     extra = {
         **SUMMARY,
         "strategy": "ddp",
@@ -229,8 +232,32 @@ def test_overview_shows_strategy_tokens_and_mfu_only_where_they_apply() -> None:
         "peak_memory_bytes_max_rank": 3 * 2**20,
         "tokens_per_s": 12345.6,
         "mfu": 0.4321,
+        "process": {"startup_s": 2.5, "time_s": 7.5, "runs_before": 0},
+        "steady_state": {
+            "warmup_steps": 5,
+            "warmup_time_s": 0.5,
+            "steps": 95,
+            "step_s": {"median": 0.01, "low": 0.009, "high": 0.012, "kind": "IQR"},
+            "samples_per_s": 6400.0,
+        },
+        "workload_info": {"trainable_parameters": 1000, "total_parameters": 100000},
+        "epochs": [{"epoch": 1, "val_loss": 1.25, "val_accuracy": 0.5, "perplexity": 3.49}],
     }
     rows = {r[0]: r[1] for r in overview_table(extra).rows}
-    assert rows["Strategy"] == "ddp x 2"
+    assert rows["Strategy"] == "ddp, 2 processes"
     assert rows["Peak memory, largest rank"] == "3.0 MiB"
     assert rows["MFU"] == "43.21%" and rows["Tokens/s"] == fmt_rate(12345.6)
+    assert rows["Process time (s)"] == "7.500 (start-up 2.500)"
+    assert rows["Warm-up steps (apart)"] == "5 (0.500 s)"
+    assert rows["Step time, steady (ms, n=95)"] == "10 (IQR 9–12)"
+    assert rows["Samples/s, steady"] == fmt_rate(6400.0)
+    assert rows["Parameters"] == "1,000 trainable of 100,000 (1.00%)"
+    assert rows["Val loss (last epoch)"] == "1.2500"
+    assert rows["Val perplexity (last epoch)"] == "3.4900"
+    shared = {**extra, "process": {"startup_s": 9.0, "time_s": 14.0, "runs_before": 2}}
+    shared |= {"mfu": None, "mfu_note": "no known peak FLOP/s for cpu at fp32"}
+    rows = {r[0]: r[1] for r in overview_table(shared).rows}
+    assert rows["Process time (s)"] == "n/a (the process ran 2 run(s) before this one)"
+    assert rows["MFU"] == "n/a (no known peak FLOP/s for cpu at fp32)"
+    caption = overview_table(extra).caption
+    assert "ddp, 2 processes" in caption and "after interpreter start-up and imports" in caption

@@ -39,6 +39,29 @@ def peak_rss_bytes() -> int:
     return int(peak if sys.platform == "darwin" else peak * 1024)
 
 
+# Runs this process has started before the current one: a study may run many in one
+# process, and then the process's start-up and peak memory are not one run's own.
+_runs_started = 0
+
+
+def clock_origin(t_start: float) -> dict[str, float]:
+    """The wall-clock time of the run's origin: every ``t`` in its record counts from it
+    (a monotonic clock), and this one reading puts them on the calendar, and ranks of one
+    run on one axis."""
+    return {"unix_at_origin": time.time() - (time.perf_counter() - t_start)}
+
+
+def process_start(t_start: float) -> dict[str, Any]:
+    """How long this process lived before the run began (interpreter start-up, imports,
+    and any earlier runs of a study sharing the process), and how many runs came before."""
+    global _runs_started
+    runs_before, _runs_started = _runs_started, _runs_started + 1
+    origin = clock_origin(t_start)["unix_at_origin"]
+    # create_time() has the kernel's clock-tick resolution (10 ms): plenty for seconds.
+    startup = max(0.0, origin - psutil.Process().create_time())
+    return {"startup_s": startup, "runs_before": runs_before}
+
+
 class SystemSampler:
     """Samples every ``interval_s`` seconds until :meth:`stop`; use as a context manager."""
 
@@ -48,8 +71,12 @@ class SystemSampler:
         interval_s: float = 1.0,
         gpus: bool = True,
         on_sample: Callable[[dict[str, Any]], None] | None = None,
+        origin: float | None = None,
     ) -> None:
         self.path = Path(path)
+        # The run's clock origin (a perf_counter reading): each sample also carries
+        # "mono", seconds since it, the axis the step records use.
+        self.origin = origin
         self._on_sample = on_sample
         self.interval_s = interval_s
         self._want_gpus = gpus
@@ -62,8 +89,10 @@ class SystemSampler:
 
     def sample(self) -> dict[str, Any]:
         """Take one sample now."""
-        rec: dict[str, Any] = {
-            "t": time.time(),
+        rec: dict[str, Any] = {"t": time.time()}
+        if self.origin is not None:
+            rec["mono"] = round(time.perf_counter() - self.origin, 6)
+        rec |= {
             "cpu_percent": self._proc.cpu_percent(None),
             "rss_bytes": self._proc.memory_info().rss,
             "system_memory_percent": psutil.virtual_memory().percent,

@@ -140,6 +140,22 @@ class StudyRecord:
         runs = [r for r in self.plan.runs if r.config == config and not r.warmup]
         return [rec for r in sorted(runs, key=lambda r: r.repeat) if (rec := self.completed(r))]
 
+    @property
+    def fresh_processes(self) -> bool:
+        """True when every run executed in a process of its own.
+
+        Read from the runs' records (``summary.process.runs_before``: how many runs their
+        process had started before them), falling back to the plan for older records.
+        """
+        before = [
+            (rec.summary.get("process") or {}).get("runs_before") for rec in self.records.values()
+        ]
+        known = [b for b in before if isinstance(b, int)]
+        if known:
+            return all(b == 0 for b in known)
+        execution = self.plan.options.get("execution")
+        return execution == "process per run" if execution else self.plan.kind == "strategies"
+
     def failed(self) -> list[tuple[PlannedRun, str]]:
         """Planned applicable runs that ran and did not complete, with their error.
 

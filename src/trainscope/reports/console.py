@@ -17,8 +17,6 @@ if TYPE_CHECKING:
     import rich.console
     import rich.table
 
-    from trainscope.reports.run_report import RunReport
-
 
 def table_to_rich(table: Table) -> rich.table.Table:
     """One report Table as a rich table (same cells, same alignment), all text literal."""
@@ -42,20 +40,3 @@ def print_summary(console: rich.console.Console, summary: dict[str, Any]) -> Non
     for table in (overview_table(summary), per_class_table(summary), stage_table(summary)):
         if table.rows:
             console.print(table_to_rich(table))
-
-
-def print_report(report: RunReport) -> None:
-    """Print a built report's tables and the files it wrote."""
-    from rich.console import Console
-
-    from trainscope.reports.run_report import render_tables_rich
-
-    console = Console()
-    for rt in render_tables_rich(report):
-        console.print(rt)
-    print_line(console, f"wrote {len(report.files)} files to {report.out_dir}:")
-    for f in report.files:
-        # Relative names (plots/loss.png) read better than the same long prefix repeated.
-        shown = f.relative_to(report.out_dir) if f.is_relative_to(report.out_dir) else f
-        print_line(console, f"  {shown}")
-    print_line(console, f"open in a browser: {report.html_path}")

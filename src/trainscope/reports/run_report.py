@@ -227,3 +227,20 @@ def render_tables_rich(report: RunReport) -> list[rich.table.Table]:
 
     tables = (report.tables.get(key) for key in TABLE_ORDER)
     return [table_to_rich(t) for t in tables if t is not None and t.rows]
+
+
+def print_report(report: RunReport) -> None:
+    """Print a built report's tables and the files it wrote."""
+    from rich.console import Console
+
+    from trainscope.reports.console import print_line
+
+    console = Console()
+    for rt in render_tables_rich(report):
+        console.print(rt)
+    print_line(console, f"wrote {len(report.files)} files to {report.out_dir}:")
+    for f in report.files:
+        # Relative names (plots/loss.png) read better than the same long prefix repeated.
+        shown = f.relative_to(report.out_dir) if f.is_relative_to(report.out_dir) else f
+        print_line(console, f"  {shown}")
+    print_line(console, f"open in a browser: {report.html_path}")

@@ -1,4 +1,8 @@
-"""Small statistics over repeated runs: mean +- sample standard deviation (torch-free)."""
+"""Statistics of a study's repeats as reports show them (torch-free).
+
+Figures are medians with their spread and n (:mod:`trainscope.spread` holds the rule);
+:func:`mean_std` remains for the few places a mean is asked for (a run's mean epoch).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from typing import Any
 
 from trainscope.records.run_dir import RunRecord
 from trainscope.reports.tables import MISSING
+from trainscope.spread import Spread, differ, no_difference_text
 
 TRAIN_STAGES = ("data_wait", "h2d", "forward", "backward", "comm", "optimizer")
 COMPUTE_STAGES = ("h2d", "forward", "backward", "optimizer")
@@ -54,6 +59,54 @@ def fmt_mean_std_sig(mean: float | None, std: float | None, n: int, digits: int 
     return f"{m} ± {std:.{decimals}f}"
 
 
+SPREAD_NOTE = "median (IQR when n >= 5, else min–max) over repeats"
+"""How tables say what their cells are."""
+
+
+def fmt_spread(sp: Spread, fmt: Callable[[Any], str] = fmt_sig) -> str:
+    """``"12.3 (11.9–12.8)"``; one value alone; outlier repeats flagged, never hidden."""
+    if sp.median is None:
+        return MISSING
+    text = fmt(sp.median)
+    if sp.n > 1 and sp.low is not None and sp.high is not None:
+        text += f" ({fmt(sp.low)}–{fmt(sp.high)})"
+    if sp.outliers:
+        k = len(sp.outliers)
+        text += f" [{k} outlier{'s' if k > 1 else ''}]"
+    return text
+
+
+def error_bar(sp: Spread) -> tuple[float, float] | None:
+    """(below, above) distances from the median for a plot's error bar; None without one."""
+    if sp.median is None or sp.low is None or sp.high is None or sp.n < 2:
+        return None
+    return sp.median - sp.low, sp.high - sp.median
+
+
+def rate(summary: dict[str, Any]) -> float | None:
+    """A repeat's throughput: its total samples (all ranks) over its total training time,
+    as the run computed it; a study takes the median of these, never their mean."""
+    value = summary.get("samples_per_s")
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def compare_text(
+    name_a: str,
+    a: Spread,
+    name_b: str,
+    b: Spread,
+    what: str,
+    *,
+    fmt: Callable[[Any], str] = fmt_sig,
+    unit: str = "",
+) -> str:
+    """One sentence comparing two medians, claiming a ratio only where the rule allows."""
+    both = f"{fmt(a.median)}{unit} vs {fmt(b.median)}{unit}, n={a.n} and {b.n}"
+    if differ(a, b) and a.median and b.median:
+        return f"{name_a} vs {name_b}: {what} {a.median / b.median:.2f}x ({both})"
+    return f"{name_a} vs {name_b}: {what}: {no_difference_text(a, b)} ({both})"
+
+
 def fmt_mean_std(
     mean: float | None, std: float | None, fmt: Callable[[Any], str], n: int | None = None
 ) -> str:
@@ -83,10 +136,14 @@ def loader_start_seconds(record: RunRecord) -> float | None:
 def per_step_stages(record: RunRecord) -> dict[str, float]:
     """Mean seconds per optimizer step of each training stage, from the step records.
 
-    Step records hold the steady state: the iterator start-up of each epoch is counted
-    in the run's data wait total but not in any step, see :func:`loader_start_seconds`.
+    Steady state: the run's first ``steady_state.warmup_steps`` steps are left out, and
+    the iterator start-up of each epoch is counted in the run's data wait total but not in
+    any step, see :func:`loader_start_seconds`.
     """
+    warm = (record.summary.get("steady_state") or {}).get("warmup_steps") or 0
     steps = record.events("step")
+    if len(steps) > warm:
+        steps = steps[warm:]  # steady state: the warm-up steps are reported apart
     out: dict[str, float] = {}
     for stage in TRAIN_STAGES:
         if stage == "comm" and not any("comm" in (s.get("stages") or {}) for s in steps):

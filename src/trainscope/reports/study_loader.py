@@ -3,24 +3,30 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from trainscope.records.study_dir import PlannedRun, StudyRecord
 from trainscope.reports.document import Document, escape_inline
+from trainscope.reports.section import Section
 from trainscope.reports.stats import (
     COMPUTE_STAGES,
+    SPREAD_NOTE,
     epoch_seconds,
-    fmt_mean_std,
-    fmt_mean_std_sig,
+    error_bar,
     fmt_sig,
+    fmt_spread,
     loader_start_seconds,
-    mean_std,
     per_step_stages,
+    rate,
 )
 from trainscope.reports.tables import Table, fmt_pct, fmt_rate
-
-if TYPE_CHECKING:
-    from trainscope.reports.study_report import Section
+from trainscope.spread import (
+    Spread,
+    differ,
+    indistinguishable_from_best,
+    no_difference_text,
+    spread,
+)
 
 VARIANT_LABELS = {
     "default": "DataLoader",
@@ -28,10 +34,6 @@ VARIANT_LABELS = {
     "pin_memory": "DataLoader, pin_memory",
     "fast": "fast path (tensors on device)",
 }
-
-
-def _ratio(x: float) -> str:
-    return f"{x:.2f}x"
 
 
 def _sweep(study: StudyRecord, doc: Document, plots: Path, section: Section) -> None:
@@ -47,88 +49,129 @@ def _sweep(study: StudyRecord, doc: Document, plots: Path, section: Section) -> 
         "persistent_workers, which start once per run)."
     )
     rows: list[list[object]] = []
-    points: dict[str, list[tuple[int, float, float]]] = {}
-    stats: dict[str, tuple[float, float, int, PlannedRun]] = {}
+    points: dict[str, list[tuple[int, float, tuple[float, float] | None]]] = {}
+    stats: dict[str, tuple[Spread, PlannedRun]] = {}
     for cfg in study.configs("sweep"):
         if not cfg.applicable:
             continue
-        recs = study.measured(cfg.config)
-        m, s, n = mean_std(epoch_seconds(r) for r in recs)
-        if m is None:
-            continue
-        stats[cfg.config] = (m, s or 0.0, n, cfg)
+        sp = spread(epoch_seconds(r) for r in study.measured(cfg.config))
+        if sp.median is not None:
+            stats[cfg.config] = (sp, cfg)
     base = stats.get("w0")
-    for name, (m, s, n, cfg) in stats.items():
+    for name, (sp, cfg) in stats.items():
         variant = cfg.labels.get("variant", "default")
         w = _count(cfg.labels.get("num_workers"))
         if variant != "fast":
-            points.setdefault(variant, []).append((w, m, s))
+            points.setdefault(variant, []).append((w, sp.median, error_bar(sp)))  # type: ignore[arg-type]
         recs = study.measured(name)
-        rate, _, _ = mean_std(r.summary.get("samples_per_s") for r in recs)
-        start, _, _ = mean_std(loader_start_seconds(r) for r in recs)
+        start = spread(loader_start_seconds(r) for r in recs)
         rows.append(
             [
                 VARIANT_LABELS.get(variant, variant),
                 "–" if variant == "fast" else str(w),
-                fmt_mean_std_sig(m, s, n),
-                fmt_rate(rate),
-                fmt_sig(start),
-                _ratio(base[0] / m) if base else "–",
+                str(sp.n),
+                fmt_spread(sp),
+                fmt_spread(spread(rate(r.summary) for r in recs), fmt_rate),
+                fmt_sig(start.median),
+                _speedup(base[0], sp) if base else "–",
             ]
         )
     na = sorted({c.reason for c in study.configs("sweep") if not c.applicable and c.reason})
     table = Table(
-        ["Loader", "Workers", "s/epoch", "Samples/s", "Start-up s/epoch", "Speed-up vs 0"],
+        ["Loader", "Workers", "n", "s/epoch", "Samples/s", "Start-up s/epoch", "Speed-up vs 0"],
         rows,
-        "Data-only epoch time by DataLoader setting (mean ± std over repeats); speed-up is "
-        "relative to PyTorch's default num_workers=0.",
+        f"Data-only epoch time by DataLoader setting, {SPREAD_NOTE}; speed-up is relative to "
+        "PyTorch's default num_workers=0, given only where the two spreads do not overlap "
+        "('≈': no measurable difference).",
         "tab:loader-sweep",
-        "lrrrrr",
+        "lrrrrrr",
     )
     section.tables["sweep"] = table
     fast = stats.get("fast")
+    dl = {k: v[0] for k, v in stats.items() if v[1].labels.get("variant") != "fast"}
+    best, tied = indistinguishable_from_best(dl)
+    winner = None
+    if best is not None and len(tied) == 1:
+        bcfg = stats[best][1]
+        winner = (
+            str(bcfg.labels.get("variant", "default")),
+            _count(bcfg.labels.get("num_workers")),
+        )
     files = workers_sweep_plot(
         points,
         plots / "loader_sweep.png",
         default_workers=0,
-        fast=(fast[0], fast[1]) if fast else None,
-        title="Data-only epoch time vs num_workers",
+        fast=(fast[0].median, error_bar(fast[0])) if fast else None,  # type: ignore[arg-type]
+        fastest=winner,
+        tied=len(tied),
+        title="Data-only epoch time vs num_workers (median, spread)",
     )
     if files:
         doc.figure(files[0], "Seconds per data-only epoch vs num_workers", None)
     doc.table(table)
     for reason in na:
         doc.note(f"pin_memory variants not run: {escape_inline(reason)}.")
-    dl = {k: v for k, v in stats.items() if v[3].labels.get("variant") != "fast"}
-    if dl and base:
-        best_name = min(dl, key=lambda k: dl[k][0])
-        bm, _, _, bcfg = dl[best_name]
-        desc = f"{bcfg.labels.get('num_workers')} workers" + (
-            f" ({VARIANT_LABELS[bcfg.labels['variant']]})"
-            if bcfg.labels.get("variant") != "default"
-            else ""
-        )
-        if best_name == "w0":
-            text = (
-                f"The fastest DataLoader setting is PyTorch's default, num_workers=0 "
-                f"({base[0]:.4g} s/epoch): on this data set, worker processes cost more to "
-                "start and feed than they save."
-            )
-        else:
-            text = (
-                f"Fastest DataLoader setting: {desc}, {bm:.4g} s/epoch, "
-                f"{base[0] / bm:.2f}x faster than the default num_workers=0 "
-                f"({base[0]:.4g} s/epoch)."
-            )
+    if best is not None and base:
+        text = _fastest_text(best, tied, stats, base[0])
         section.findings.append(text)
         doc.paragraph(escape_inline(text))
     if fast and base:
-        text = (
-            f"The fast path (tensors on the device, batches by indexing): {fast[0]:.4g} s/epoch,"
-            f" {base[0] / fast[0]:.1f}x faster than the default DataLoader."
-        )
+        sp = fast[0]
+        if differ(sp, base[0]):
+            text = (
+                f"The fast path (tensors on the device, batches by indexing): "
+                f"{sp.median:.4g} s/epoch, {base[0].median / sp.median:.1f}x faster than the "  # type: ignore[operator]
+                f"default DataLoader ({base[0].median:.4g} s/epoch), data only."
+            )
+        else:
+            text = (
+                f"The fast path (tensors on the device): {sp.median:.4g} s/epoch against "
+                f"{base[0].median:.4g} s/epoch for the default DataLoader: "
+                f"{no_difference_text(sp, base[0])}."
+            )
         section.findings.append(text)
         doc.paragraph(escape_inline(text))
+
+
+def _setting(cfg: PlannedRun) -> str:
+    variant = cfg.labels.get("variant", "default")
+    extra = f" ({VARIANT_LABELS.get(variant, variant)})" if variant != "default" else ""
+    return f"{cfg.labels.get('num_workers')} workers{extra}"
+
+
+def _speedup(base: Spread, sp: Spread) -> str:
+    """Default time over this setting's, only where the spreads do not overlap."""
+    if sp is base:
+        return "1.00x"
+    if differ(base, sp) and sp.median:
+        return f"{base.median / sp.median:.2f}x"  # type: ignore[operator]
+    return "≈"
+
+
+def _fastest_text(
+    best: str, tied: list[str], stats: dict[str, tuple[Spread, PlannedRun]], base: Spread
+) -> str:
+    """The fastest DataLoader setting, or the group that the noise cannot separate."""
+    sp, cfg = stats[best]
+    if len(tied) > 1:
+        names = ", ".join(_setting(stats[k][1]) for k in tied)
+        return (
+            f"No single fastest DataLoader setting: {names} are within noise of each other "
+            f"(overlapping spreads at n={sp.n}); the lowest median is {_setting(cfg)}, "
+            f"{sp.median:.4g} s/epoch. Fewer workers cost less memory; more repeats may "
+            "separate them."
+        )
+    if best == "w0":
+        return (
+            f"The fastest DataLoader setting is PyTorch's default, num_workers=0 "
+            f"({sp.median:.4g} s/epoch), beyond the noise of every other: on this data set, "
+            "worker processes cost more to start and feed than they save."
+        )
+    return (
+        f"Fastest DataLoader setting: {_setting(cfg)}, {sp.median:.4g} s/epoch, "
+        f"{base.median / sp.median:.2f}x faster than the default num_workers=0 "  # type: ignore[operator]
+        f"({base.median:.4g} s/epoch), beyond the noise of every other setting."
+    )
 
 
 def _per_iteration(study: StudyRecord, doc: Document, plots: Path, section: Section) -> None:
@@ -147,16 +190,17 @@ def _per_iteration(study: StudyRecord, doc: Document, plots: Path, section: Sect
         "loss/backward + optimizer."
     )
     rows: list[list[object]] = []
-    bars: list[tuple[str, float, float, float, float]] = []
-    by_key: dict[tuple[str, int, bool], tuple[float, float]] = {}
+    bars: list[tuple[str, float, Any, float, Any]] = []
+    by_key: dict[tuple[str, int, bool], Spread] = {}
     for cfg in configs:
         recs = study.measured(cfg.config)
         if not recs:
             continue
         per = [per_step_stages(r) for r in recs]
-        dw_m, dw_s, n = mean_std(p["data_wait"] for p in per)
-        cp_m, cp_s, _ = mean_std(sum(p[k] for k in COMPUTE_STAGES) for p in per)
-        start, _, _ = mean_std(loader_start_seconds(r) for r in recs)
+        dw = spread(p["data_wait"] for p in per).scaled(1e3)
+        cp = spread(sum(p[k] for k in COMPUTE_STAGES) for p in per).scaled(1e3)
+        start = spread(loader_start_seconds(r) for r in recs).median
+        dw_m, cp_m = dw.median, cp.median
         loader = cfg.labels.get("loader", "torch")
         w = _count(cfg.labels.get("num_workers"))
         aug = bool(cfg.labels.get("augment"))
@@ -167,22 +211,32 @@ def _per_iteration(study: StudyRecord, doc: Document, plots: Path, section: Sect
             [
                 name,
                 "on" if aug else "off",
-                fmt_mean_std(dw_m and dw_m * 1e3, dw_s and dw_s * 1e3, _fmt_ms, n),
-                fmt_mean_std(cp_m and cp_m * 1e3, cp_s and cp_s * 1e3, _fmt_ms, n),
+                str(dw.n),
+                fmt_spread(dw, _fmt_ms),
+                fmt_spread(cp, _fmt_ms),
                 fmt_pct(share),
                 fmt_sig(start),
             ]
         )
         if dw_m is not None and cp_m is not None:
-            bars.append((label, dw_m * 1e3, (dw_s or 0) * 1e3, cp_m * 1e3, (cp_s or 0) * 1e3))
-            by_key[(loader, w, aug)] = (dw_m, cp_m)
+            bars.append((label, dw_m, error_bar(dw), cp_m, error_bar(cp)))
+            by_key[(loader, w, aug)] = dw
     table = Table(
-        ["Loader", "Augment", "Data wait ms/iter", "Compute ms/iter", "Data share", "Start-up s"],
+        [
+            "Loader",
+            "Augment",
+            "n",
+            "Data wait ms/iter",
+            "Compute ms/iter",
+            "Data share",
+            "Start-up s",
+        ],
         rows,
-        "Mean data-wait and compute time per training iteration (mean ± std over repeats); "
-        "start-up is the per-epoch worker start-up, outside the step records.",
+        "Data-wait and compute time per training iteration: each repeat's mean over its "
+        f"steady-state steps (warm-up steps left out), then the {SPREAD_NOTE}; start-up is "
+        "the per-epoch worker start-up, outside the step records.",
         "tab:loader-per-iteration",
-        "llrrrr",
+        "llrrrrr",
     )
     section.tables["per_iteration"] = table
     files = per_iteration_plot(
@@ -192,11 +246,15 @@ def _per_iteration(study: StudyRecord, doc: Document, plots: Path, section: Sect
         doc.figure(files[0], "Data wait and compute per iteration", None)
     doc.table(table)
     costs = []
-    for (loader, w, aug), (dw, _) in sorted(by_key.items()):
+    for (loader, w, aug), on in sorted(by_key.items()):
         if aug and (loader, w, False) in by_key:
-            off = by_key[(loader, w, False)][0]
+            off = by_key[(loader, w, False)]
             name = "the fast path" if loader == "fast" else f"{w} workers"
-            costs.append(f"{name}: {1e3 * (dw - off):+.3f} ms of data wait per iteration")
+            if differ(on, off):
+                diff = on.median - off.median  # type: ignore[operator]
+                costs.append(f"{name}: {diff:+.3f} ms of data wait per iteration")
+            else:
+                costs.append(f"{name}: {no_difference_text(on, off)}")
     if costs:
         text = "Cost of augmentation (on minus off): " + "; ".join(costs) + "."
         section.findings.append(text)
@@ -209,7 +267,6 @@ def _fmt_ms(x: float | None) -> str:
 
 def loader_sections(study: StudyRecord, doc: Document, plots: Path) -> Section:
     """Add the sweep and per-iteration sections; return their tables and findings."""
-    from trainscope.reports.study_report import Section
 
     section = Section()
     _sweep(study, doc, plots, section)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from trainscope.reports.plots import _new_figure, _save, _stage_color, plain_text_figure
 from trainscope.textsafe import plot_text
@@ -54,6 +54,14 @@ def _finite(value: float | None, default: float = 0.0) -> float:
     return default
 
 
+def _err(e: float | tuple[float, float] | None) -> tuple[float, float]:
+    """An error bar as (below, above) distances: a median's spread is not symmetric."""
+    if isinstance(e, tuple):
+        return _finite(e[0]), _finite(e[1])
+    x = _finite(e)
+    return x, x
+
+
 def _fmt(value: float) -> str:
     return f"{value:.3g}"
 
@@ -68,24 +76,29 @@ def _variant_color(label: str, others: list[str]) -> str:
 
 @plain_text_figure
 def workers_sweep_plot(
-    series: dict[str, list[tuple[int, float, float]]],
+    series: dict[str, list[tuple[int, float, Any]]],
     png_path: Path,
     *,
     default_workers: int = 0,
-    fast: tuple[float, float] | None = None,
+    fast: tuple[float, Any] | None = None,
+    fastest: tuple[str, int] | None = None,
+    tied: int = 0,
     title: str = "",
 ) -> list[Path]:
     """Data-only epoch time against DataLoader ``num_workers``, one line per variant.
 
-    ``series`` maps a variant label to ``(num_workers, mean_s, std_s)`` points. PyTorch's
-    default ``num_workers`` is ringed on the "default" line, the fastest point over all
-    lines is starred, and ``fast`` = (mean, std) of the in-memory path is a dashed line
-    with a ±std band. Points with a non-finite mean are not drawn.
+    ``series`` maps a variant label to ``(num_workers, median_s, error)`` points, the error
+    a symmetric number or (below, above) distances (a median's spread). PyTorch's default
+    ``num_workers`` is ringed on the "default" line; ``fastest`` = (variant, workers) is
+    starred, given only when the caller found one setting faster beyond the noise;
+    otherwise ``tied`` settings are said to be within noise of the lowest. ``fast`` =
+    (median, error) of the in-memory path is a dashed line with its spread as a band.
+    Points with a non-finite value are not drawn.
     """
-    cleaned: dict[str, list[tuple[int, float, float]]] = {}
+    cleaned: dict[str, list[tuple[int, float, tuple[float, float]]]] = {}
     for label, points in series.items():
         pts = sorted(
-            (int(x), float(m), _finite(s))
+            (int(x), float(m), _err(s))
             for x, m, s in points
             if isinstance(m, (int, float)) and math.isfinite(m)
         )
@@ -102,7 +115,7 @@ def workers_sweep_plot(
         ax.errorbar(
             xs,
             ys,
-            yerr=es,
+            yerr=[[e[0] for e in es], [e[1] for e in es]],
             marker="o",
             markersize=5,
             capsize=3,
@@ -112,10 +125,10 @@ def workers_sweep_plot(
         )
 
     if fast is not None and math.isfinite(fast[0]):
-        mean, std = fast[0], _finite(fast[1])
-        ax.axhline(mean, linestyle="--", color="0.3", linewidth=1.2, label=FAST_PATH_LABEL)
-        if std > 0:
-            ax.axhspan(mean - std, mean + std, color="0.3", alpha=0.12, linewidth=0)
+        mid, (below, above) = fast[0], _err(fast[1])
+        ax.axhline(mid, linestyle="--", color="0.3", linewidth=1.2, label=FAST_PATH_LABEL)
+        if below + above > 0:
+            ax.axhspan(mid - below, mid + above, color="0.3", alpha=0.12, linewidth=0)
 
     from matplotlib.ticker import FixedLocator
 
@@ -126,7 +139,19 @@ def workers_sweep_plot(
     ax.set_ylim(0, top * 1.12)  # head room for the annotations above the lines
     # Marked after the limits are fixed: the fastest label is placed from them.
     _mark_default(ax, cleaned, default_workers)
-    _mark_fastest(ax, cleaned)
+    if fastest is not None:
+        _mark_fastest(ax, cleaned, fastest)
+    elif tied > 1:
+        ax.text(
+            0.98,
+            0.97,
+            f"no single fastest: {tied} settings within noise of the lowest",
+            transform=ax.transAxes,
+            ha="right",
+            va="top",
+            fontsize=9,
+            bbox={"boxstyle": "round,pad=0.25", "facecolor": "white", "edgecolor": "0.6"},
+        )
     ax.set_xlabel("DataLoader num_workers")
     ax.set_ylabel("seconds per epoch")
     ax.grid(True, alpha=0.3)
@@ -137,7 +162,7 @@ def workers_sweep_plot(
 
 
 def _mark_default(
-    ax: Axes, series: dict[str, list[tuple[int, float, float]]], default_workers: int
+    ax: Axes, series: dict[str, list[tuple[int, float, tuple[float, float]]]], default_workers: int
 ) -> None:
     label = f"PyTorch default (num_workers={default_workers})"
     # The "default" variant is what PyTorch gives out of the box; any other line with a
@@ -170,10 +195,16 @@ def _mark_default(
     ax.axvline(default_workers, color="black", linestyle=":", linewidth=1.0, label=label)
 
 
-def _mark_fastest(ax: Axes, series: dict[str, list[tuple[int, float, float]]]) -> None:
-    label, x, y = min(
-        ((lab, x, m) for lab, pts in series.items() for x, m, _ in pts), key=lambda p: p[2]
-    )
+def _mark_fastest(
+    ax: Axes,
+    series: dict[str, list[tuple[int, float, tuple[float, float]]]],
+    fastest: tuple[str, int],
+) -> None:
+    label, x = fastest
+    hit = [m for px, m, _ in series.get(label, []) if px == x]
+    if not hit:
+        return
+    y = hit[0]
     ax.plot(
         [x],
         [y],
@@ -212,33 +243,35 @@ def _mark_fastest(ax: Axes, series: dict[str, list[tuple[int, float, float]]]) -
 
 @plain_text_figure
 def per_iteration_plot(
-    rows: list[tuple[str, float, float, float, float]], png_path: Path, *, title: str = ""
+    rows: list[tuple[str, float, Any, float, Any]], png_path: Path, *, title: str = ""
 ) -> list[Path]:
     """Horizontal stacked bars of data wait + compute milliseconds per iteration.
 
-    ``rows`` are ``(label, data_ms, data_std, compute_ms, compute_std)``, first row on top.
-    Each segment carries an error bar at its end; non-finite numbers are drawn as 0.
+    ``rows`` are ``(label, data_ms, data_err, compute_ms, compute_err)``, first row on top,
+    each error a number or (below, above) distances. Each segment carries an error bar at
+    its end; non-finite numbers are drawn as 0.
     """
     if not rows:
         return []
     labels = [plot_text(r[0]) for r in rows]
     data = [_finite(r[1]) for r in rows]
-    data_e = [_finite(r[2]) for r in rows]
+    data_e = [_err(r[2]) for r in rows]
     comp = [_finite(r[3]) for r in rows]
-    comp_e = [_finite(r[4]) for r in rows]
+    comp_e = [_err(r[4]) for r in rows]
     ys = list(range(len(rows)))
-    ends = [d + c + ce for d, c, ce in zip(data, comp, comp_e)]
-    span = max(max(ends), max(d + e for d, e in zip(data, data_e)), 1e-9)
+    ends = [d + c + ce[1] for d, c, ce in zip(data, comp, comp_e)]
+    span = max(max(ends), max(d + e[1] for d, e in zip(data, data_e)), 1e-9)
 
     fig = _new_figure(8.5, max(2.8, 0.55 * len(rows) + 1.8))
     ax = fig.add_subplot()
     err_kw = {"capsize": 3, "ecolor": "0.2", "error_kw": {"linewidth": 1.0}}
-    ax.barh(ys, data, xerr=data_e, color=_stage_color("data_wait"), label="data wait", **err_kw)
+    data_xerr = [[e[0] for e in data_e], [e[1] for e in data_e]]
+    ax.barh(ys, data, xerr=data_xerr, color=_stage_color("data_wait"), label="data wait", **err_kw)
     ax.barh(
         ys,
         comp,
         left=data,
-        xerr=comp_e,
+        xerr=[[e[0] for e in comp_e], [e[1] for e in comp_e]],
         color=_stage_color("forward"),
         label=COMPUTE_LABEL,
         **err_kw,
@@ -364,7 +397,7 @@ def loss_curves_plot(
 def bar_plot(
     labels: list[str],
     values: list[float | None],
-    errors: list[float | None],
+    errors: list[Any],
     png_path: Path,
     *,
     ylabel: str,
@@ -374,9 +407,9 @@ def bar_plot(
 ) -> list[Path]:
     """Vertical bars with error bars and value labels.
 
-    A None (or non-finite) value gets no bar but ``na_text`` at its base, so a
-    configuration that does not apply still shows on the axis. A None error draws no
-    error bar.
+    Each error is a number, (below, above) distances (a median's spread), or None (no
+    error bar). A None (or non-finite) value gets no bar but ``na_text`` at its base, so a
+    configuration that does not apply still shows on the axis.
     """
     if not (len(labels) == len(values) == len(errors)):
         raise ValueError("labels, values and errors must have the same length")
@@ -384,7 +417,7 @@ def bar_plot(
         return []
     xs = list(range(len(labels)))
     shown = [
-        (x, float(v), _finite(e))
+        (x, float(v), _err(e))
         for x, v, e in zip(xs, values, errors)
         if isinstance(v, (int, float)) and math.isfinite(v)
     ]
@@ -394,13 +427,14 @@ def bar_plot(
     if shown:
         bx, bv, be = zip(*shown)
         ax.bar(bx, bv, color="tab:blue", width=0.65)
-        with_err = [(x, v, e) for x, v, e in shown if e > 0]
+        with_err = [(x, v, e) for x, v, e in shown if e[0] + e[1] > 0]
         if with_err:
             ex, ev, ee = zip(*with_err)
-            ax.errorbar(ex, ev, yerr=ee, fmt="none", ecolor="0.2", capsize=4, linewidth=1.0)
+            yerr = [[e[0] for e in ee], [e[1] for e in ee]]
+            ax.errorbar(ex, ev, yerr=yerr, fmt="none", ecolor="0.2", capsize=4, linewidth=1.0)
         for x, v, e in shown:
             # Above the error bar (below it for negative bars), so the two never overlap.
-            tip = v + e if v >= 0 else v - e
+            tip = v + e[1] if v >= 0 else v - e[0]
             ax.annotate(
                 value_fmt(v),
                 (x, tip),
@@ -439,10 +473,10 @@ def bar_plot(
     return _write(fig, png_path)
 
 
-def _scale_bar_axis(ax: Axes, bars: Sequence[tuple[float, float]]) -> None:
+def _scale_bar_axis(ax: Axes, bars: Sequence[tuple[float, tuple[float, float]]]) -> None:
     # Bars start at 0; leave head room for the value labels above the tallest error bar.
-    high = max([v + e for v, e in bars] + [0.0])
-    low = min([v - e for v, e in bars] + [0.0])
+    high = max([v + e[1] for v, e in bars] + [0.0])
+    low = min([v - e[0] for v, e in bars] + [0.0])
     if high == low:
         high = 1.0
     pad = 0.15 * (high - low)

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from trainscope.records.study_dir import StudyRecord
 from trainscope.reports.document import Document, escape_inline
+from trainscope.reports.section import Section
 from trainscope.reports.stats import (
-    fmt_mean_std,
-    fmt_mean_std_sig,
+    SPREAD_NOTE,
+    compare_text,
+    error_bar,
+    fmt_spread,
     mean_curve,
-    mean_std,
+    rate,
     step_losses,
 )
 from trainscope.reports.tables import (
@@ -21,30 +23,28 @@ from trainscope.reports.tables import (
     fmt_pct,
     fmt_rate,
 )
-
-if TYPE_CHECKING:
-    from trainscope.reports.study_report import Section
+from trainscope.spread import Spread, differ, no_difference_text, spread
 
 
-def _pct_ms(m: float | None, s: float | None, n: int) -> str:
-    return fmt_mean_std(m, s, lambda x: fmt_pct(x, 2), n)
+def _pct(x: float | None) -> str:
+    return fmt_pct(x, 2)
 
 
 def precision_sections(study: StudyRecord, doc: Document, plots: Path) -> Section:
     """One row per precision (not-applicable ones say why), loss curves, time and memory."""
     from trainscope.reports.study_plots import bar_plot, loss_curves_plot
-    from trainscope.reports.study_report import Section
 
     section = Section()
     doc.heading("Precision comparison", 2)
     rows: list[list[object]] = []
     curves: dict[str, tuple[list[int], list[float]]] = {}
     labels: list[str] = []
-    walls: list[float | None] = []
-    wall_err: list[float | None] = []
+    times: list[float | None] = []
+    time_err: list[tuple[float, float] | None] = []
     mems: list[float | None] = []
-    mem_err: list[float | None] = []
-    stats: dict[str, dict[str, float | None]] = {}
+    mem_err: list[tuple[float, float] | None] = []
+    stats: dict[str, dict[str, Spread]] = {}
+    outliers: list[str] = []
     mem_kind = None
     for cfg in study.configs():
         name = str(cfg.labels.get("precision", cfg.config))
@@ -53,63 +53,71 @@ def precision_sections(study: StudyRecord, doc: Document, plots: Path) -> Sectio
         if not recs:
             why = cfg.reason if not cfg.applicable else "no completed run"
             # The reason is listed below the table: it is too long for a cell.
-            rows.append([name, "not applicable" if not cfg.applicable else why] + ["–"] * 7)
-            walls.append(None)
-            wall_err.append(None)
-            mems.append(None)
-            mem_err.append(None)
+            rows.append([name, "not applicable" if not cfg.applicable else why] + ["–"] * 8)
+            for series in (times, time_err, mems, mem_err):
+                series.append(None)
             continue
         summ = [r.summary for r in recs]
-        val = [((s.get("epochs") or [{}])[-1]).get("val_accuracy") for s in summ]
-        loss = [((s.get("epochs") or [{}])[-1]).get("train_loss") for s in summ]
-        v_m, v_s, n = mean_std(val)
-        t_m, t_s, _ = mean_std(s.get("test_accuracy") for s in summ)
-        w_m, w_s, _ = mean_std(s.get("wall_time_s") for s in summ)
-        r_m, _, _ = mean_std(s.get("samples_per_s") for s in summ)
-        p_m, p_s, _ = mean_std(s.get("peak_memory_bytes") for s in summ)
-        l_m, _, _ = mean_std(loss)
+        last = [(s.get("epochs") or [{}])[-1] for s in summ]
+        st = {
+            "val": spread(e.get("val_accuracy") for e in last),
+            "test": spread(s.get("test_accuracy") for s in summ),
+            "loss": spread(e.get("train_loss") for e in last),
+            "train": spread(s.get("train_time_s") for s in summ),
+            "rate": spread(rate(s) for s in summ),
+            "mem": spread(s.get("peak_memory_bytes") for s in summ),
+        }
+        stats[name] = st
         skipped = max(int(s.get("skipped_steps") or 0) for s in summ)
         mem_kind = summ[0].get("peak_memory_kind") or mem_kind
-        stats[name] = {"wall": w_m, "test": t_m, "mem": p_m, "loss": l_m}
+        for key in ("train", "rate"):
+            outliers += [f"{name} repeat {recs[i].path.name}: {key}" for i in st[key].outliers]
         rows.append(
             [
                 name,
                 "ran",
-                fmt_float(l_m),
-                _pct_ms(v_m, v_s, n),
-                _pct_ms(t_m, t_s, n),
-                fmt_mean_std_sig(w_m, w_s, n),
-                fmt_rate(r_m),
-                fmt_bytes(p_m),
+                str(st["train"].n),
+                fmt_spread(st["loss"], fmt_float),
+                fmt_spread(st["val"], _pct),
+                fmt_spread(st["test"], _pct),
+                fmt_spread(st["train"]),
+                fmt_spread(st["rate"], fmt_rate),
+                fmt_spread(st["mem"], fmt_bytes),
                 str(skipped),
             ]
         )
-        walls.append(w_m)
-        wall_err.append(w_s)
-        mems.append(p_m / 2**20 if p_m is not None else None)
-        mem_err.append(p_s / 2**20 if p_s is not None else None)
+        times.append(st["train"].median)
+        time_err.append(error_bar(st["train"]))
+        mib = st["mem"].scaled(1 / 2**20)
+        mems.append(mib.median)
+        mem_err.append(error_bar(mib))
         curves[name] = mean_curve([step_losses(r) for r in recs])
     table = Table(
         [
             "Precision",
             "Status",
+            "n",
             "Final train loss",
             "Final val acc",
             "Test acc",
-            "Wall (s)",
+            "Train time (s)",
             "Samples/s",
             "Peak memory",
             "Skipped steps",
         ],
         rows,
-        "Same workload, seed and data order under each precision (mean ± std over repeats). "
-        f"Peak memory: {mem_kind or 'n/a'}. Skipped steps: fp16 steps GradScaler skipped "
-        "after an overflow (max over repeats).",
+        f"Same workload, seed and data order under each precision; {SPREAD_NOTE}. Train "
+        "time: the training epochs alone (no setup, no evaluation); samples/s: a repeat's "
+        f"samples over its train time. Peak memory: {mem_kind or 'n/a'}. Skipped steps: fp16 "
+        "steps GradScaler skipped after an overflow (max over repeats).",
         "tab:precision",
-        "llrrrrrrr",
+        "llrrrrrrrr",
     )
     section.tables["precision"] = table
     doc.table(table)
+    if outliers:
+        doc.note("Outlier repeats (> 3 scaled MADs from the median; kept in the figures):")
+        doc.bullets([escape_inline(o) for o in outliers])
     files = loss_curves_plot(
         curves, plots / "precision_loss.png", title="Training loss by precision (mean of repeats)"
     )
@@ -117,45 +125,46 @@ def precision_sections(study: StudyRecord, doc: Document, plots: Path) -> Sectio
         doc.figure(files[0], "Training-loss curves of every precision on one plot", None)
     files = bar_plot(
         labels,
-        walls,
-        wall_err,
-        plots / "precision_wall.png",
-        ylabel="wall time (s)",
-        title="Wall time by precision",
+        times,
+        time_err,
+        plots / "precision_time.png",
+        ylabel="training time (s)",
+        title="Training time by precision (median, spread)",
         na_text="not applicable",
     )
     if files:
-        doc.figure(files[0], "Wall time by precision", None)
-    files = bar_plot(
-        labels,
-        mems,
-        mem_err,
-        plots / "precision_memory.png",
-        ylabel=f"peak memory (MiB, {mem_kind or 'n/a'})",
-        title="Peak memory by precision",
-        na_text="not applicable",
-    )
-    if files:
-        doc.figure(files[0], "Peak memory by precision", None)
-    if mem_kind == "process_peak_rss":
+        doc.figure(files[0], "Training time by precision (median and spread)", None)
+    comparable = mem_kind != "process_peak_rss" or study.fresh_processes
+    if comparable:
+        files = bar_plot(
+            labels,
+            mems,
+            mem_err,
+            plots / "precision_memory.png",
+            ylabel=f"peak memory (MiB, {mem_kind or 'n/a'})",
+            title="Peak memory by precision",
+            na_text="not applicable",
+        )
+        if files:
+            doc.figure(files[0], "Peak memory by precision", None)
+    else:
         doc.note(
-            "On the CPU, peak memory is the process's peak resident set size: a high-water "
-            "mark of the whole study process, in which the runs execute one after another, "
-            "so it cannot tell precisions apart. On CUDA it is "
-            "torch.cuda.max_memory_allocated, reset at the start of every run."
+            "Peak memory is the process's peak resident set size, and these runs shared one "
+            "process: a high-water mark of the whole study, which cannot tell precisions "
+            "apart. Run the study with a process per run (the default) to compare it."
         )
     ref = stats.get("fp32")
     for name, st in stats.items():
-        if name == "fp32" or ref is None or not st["wall"] or not ref["wall"]:
+        if name == "fp32" or ref is None:
             continue
-        parts = [f"{name} vs fp32: wall time {st['wall'] / ref['wall']:.2f}x"]
-        if st["test"] is not None and ref["test"] is not None:
-            parts.append(f"test accuracy {100 * (st['test'] - ref['test']):+.2f} points")
-        if st["loss"] is not None and ref["loss"] is not None:
-            parts.append(f"final train loss {st['loss'] - ref['loss']:+.4f}")
-        if st["mem"] and ref["mem"]:
-            parts.append(f"peak memory {st['mem'] / ref['mem']:.2f}x")
-        text = ", ".join(parts) + "."
+        parts = [compare_text(name, st["rate"], "fp32", ref["rate"], "throughput")]
+        parts.append(compare_text(name, st["train"], "fp32", ref["train"], "training time"))
+        parts.append(_points(name, st["test"], ref["test"], "test accuracy"))
+        if comparable:
+            parts.append(
+                compare_text(name, st["mem"], "fp32", ref["mem"], "peak memory", fmt=fmt_bytes)
+            )
+        text = "; ".join(p for p in parts if p) + "."
         section.findings.append(text)
         doc.paragraph(escape_inline(text))  # names are labels from study.json: text
     na = [
@@ -167,3 +176,12 @@ def precision_sections(study: StudyRecord, doc: Document, plots: Path) -> Sectio
         doc.paragraph("Not applicable on this device (not run, not faked):")
         doc.bullets(na)
     return section
+
+
+def _points(name: str, a: Spread, b: Spread, what: str) -> str | None:
+    """An accuracy difference in percentage points, claimed only beyond the noise."""
+    if a.median is None or b.median is None:
+        return None
+    if differ(a, b):
+        return f"{what} {100 * (a.median - b.median):+.2f} points (n={a.n} and {b.n})"
+    return f"{what}: {no_difference_text(a, b)}"

@@ -17,6 +17,7 @@ from typing import Any
 from trainscope.records.study_dir import StudyRecord, load_study
 from trainscope.reports.document import Document, escape_inline, inline_code, write_document
 from trainscope.reports.outdir import default_or, report_dir
+from trainscope.reports.section import Section
 from trainscope.reports.tables import Table, latex_escape
 
 
@@ -42,14 +43,6 @@ class StudyReport:
     def html_path(self) -> Path:
         """report.html (self-contained)."""
         return self.out_dir / "report.html"
-
-
-@dataclass
-class Section:
-    """What a study kind's builder returns: tables (for tables.tex) and headline findings."""
-
-    tables: dict[str, Table] = field(default_factory=dict)
-    findings: list[str] = field(default_factory=list)
 
 
 def first_env(study: StudyRecord) -> dict[str, Any]:
@@ -88,12 +81,15 @@ def _header(study: StudyRecord, doc: Document) -> None:
     description = summary.get("workload_description", "no completed run")
     doc.paragraph(
         f"Workload **{escape_inline(str(workload))}** ({escape_inline(str(description))}). "
-        f"{escape_inline(str(repeats))} measured repeat(s) per configuration, shown as "
-        "mean ± sample standard deviation"
+        f"{escape_inline(str(repeats))} measured repeat(s) per configuration, shown as the "
+        "median with its spread (the interquartile range when n ≥ 5, else min–max) and n"
         + (", after one warm-up run that is discarded" if warm else " (no warm-up run)")
         + ". Repeats ran round-robin across configurations, so slow spells of the machine "
-        "spread over all of them."
+        "spread over all of them. A difference is claimed only where two spreads do not "
+        "overlap; otherwise the report says there is no measurable difference at that n. "
+        "A repeat more than 3 scaled MADs from its median is flagged as an outlier, and kept."
     )
+    doc.paragraph(_execution_text(study))
 
     def val(mapping: dict[str, Any], key: str) -> str:
         return escape_inline(str(mapping.get(key, "?")))
@@ -113,6 +109,30 @@ def _header(study: StudyRecord, doc: Document) -> None:
     if failed:
         doc.note(f"{len(failed)} run(s) failed; they are left out of the statistics:")
         doc.bullets([f"{inline_code(str(r.id))}: {escape_inline(err)}" for r, err in failed[:20]])
+
+
+def _execution_text(study: StudyRecord) -> str:
+    """How the runs were executed, and what that means for setup time and memory."""
+    warmup = ""
+    for rec in study.records.values():
+        st = rec.summary.get("steady_state") or {}
+        if "warmup_steps" in st:
+            warmup = (
+                f" Within each run the first {st['warmup_steps']} step(s) are warm-up, "
+                "reported apart from the steady-state step times."
+            )
+            break
+    if study.fresh_processes:
+        return (
+            "Execution: every run in a fresh process of its own, so each run's setup time "
+            "includes its own imports and caches, and its peak memory is its own." + warmup
+        )
+    return (
+        "Execution: the runs shared one process, one after another. Imports and warm caches "
+        "were paid once (by the first run), so setup times are not a run's own, and a "
+        "process-wide peak memory (RSS) is the high-water mark of all of them: neither "
+        "compares across configurations. Pass --fresh-processes to run each in its own." + warmup
+    )
 
 
 def _latex(study: StudyRecord, tables: dict[str, Table]) -> str:

@@ -4,18 +4,17 @@ per iteration and peak memory per rank for every strategy, as a table and bar pl
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from trainscope.records.run_dir import STAGE_LABELS, RunRecord
 from trainscope.records.study_dir import StudyRecord
 from trainscope.reports.document import Document, escape_inline
 from trainscope.reports.plots import plain_text_figure
-from trainscope.reports.stats import TRAIN_STAGES, fmt_mean_std, fmt_mean_std_sig, mean_std
+from trainscope.reports.section import Section
+from trainscope.reports.stats import SPREAD_NOTE, TRAIN_STAGES, error_bar, fmt_spread, rate
 from trainscope.reports.tables import Table, fmt_bytes, fmt_pct, fmt_rate
+from trainscope.spread import Spread, differ, no_difference_text, spread
 from trainscope.textsafe import plot_text
-
-if TYPE_CHECKING:
-    from trainscope.reports.study_report import Section
 
 # Where each strategy's gradient communication is, when it is not a stage of its own.
 COMM_PLACE = {
@@ -42,10 +41,10 @@ def _peak_per_rank(summary: dict[str, Any]) -> float | None:
 
 
 def _stage_ms(recs: list[RunRecord]) -> dict[str, float]:
-    """Mean milliseconds per iteration of each training stage (rank 0), over repeats."""
+    """Median milliseconds per iteration of each training stage (rank 0), over repeats."""
     out: dict[str, float] = {}
     for stage in TRAIN_STAGES:
-        m, _, _ = mean_std(_per_iter_ms(r.summary, stage) for r in recs)
+        m = spread(_per_iter_ms(r.summary, stage) for r in recs).median
         if m:
             out[stage] = m
     return out
@@ -79,7 +78,8 @@ def _stacked_stage_plot(per: dict[str, dict[str, float]], png: Path) -> list[Pat
     ax.set_xticks(range(len(labels)), [plot_text(lab) for lab in labels], rotation=25, ha="right")
     ax.set_ylabel("ms per iteration (rank 0)")
     ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left", frameon=False)
+    if any(bottoms):  # stages were drawn: name them
+        ax.legend(fontsize=8, loc="upper left", frameon=False)
     fig.suptitle("Where an iteration's time goes, by strategy", fontsize=11)
     return _write(fig, png)
 
@@ -87,16 +87,15 @@ def _stacked_stage_plot(per: dict[str, dict[str, float]], png: Path) -> list[Pat
 def strategies_sections(study: StudyRecord, doc: Document, plots: Path) -> Section:
     """The comparison table, two bar plots and the ratios that answer "why is X faster"."""
     from trainscope.reports.study_plots import bar_plot
-    from trainscope.reports.study_report import Section
 
     section = Section()
     doc.heading("Strategy comparison", 2)
     rows: list[list[object]] = []
     labels: list[str] = []
     iters: list[float | None] = []
-    iter_err: list[float | None] = []
+    iter_err: list[tuple[float, float] | None] = []
     per_stage: dict[str, dict[str, float]] = {}
-    means: dict[str, float] = {}
+    spreads: dict[str, Spread] = {}
     notes: list[str] = []
     mem_kind = None
     for cfg in study.configs():
@@ -106,23 +105,21 @@ def strategies_sections(study: StudyRecord, doc: Document, plots: Path) -> Secti
         recs = study.measured(cfg.config) if cfg.applicable else []
         if not recs:
             status = "not applicable" if not cfg.applicable else "no completed run"
-            rows.append([name, str(procs), "–", status] + ["–"] * 5)
+            rows.append([name, str(procs), "–", "–", status] + ["–"] * 5)
             iters.append(None)
             iter_err.append(None)
             continue
         summ = [r.summary for r in recs]
         mem_kind = summ[0].get("peak_memory_kind") or mem_kind
-        t_m, t_s, n = mean_std(s.get("test_accuracy") for s in summ)
-        w_m, w_s, _ = mean_std(s.get("wall_time_s") for s in summ)
-        i_m, i_s, _ = mean_std(_per_iter_ms(s) for s in summ)
-        r_m, _, _ = mean_std(s.get("samples_per_s") for s in summ)
-        p_m, _, _ = mean_std(_peak_per_rank(s) for s in summ)
-        c_m, c_s, _ = mean_std(_per_iter_ms(s, "comm") for s in summ)
-        if c_m is not None:
-            comm = fmt_mean_std_sig(c_m, c_s, n)
+        test = spread(s.get("test_accuracy") for s in summ)
+        wall = spread(s.get("wall_time_s") for s in summ)
+        per_iter = spread(_per_iter_ms(s) for s in summ)
+        comm_sp = spread(_per_iter_ms(s, "comm") for s in summ)
+        if comm_sp.median is not None:
+            comm = fmt_spread(comm_sp)
         else:
             comm = COMM_PLACE.get(name, "in backward")
-            h_m, _, _ = mean_std((s.get("comm") or {}).get("hook_inflight_s") for s in summ)
+            h_m = spread((s.get("comm") or {}).get("hook_inflight_s") for s in summ).median
             steps = summ[0].get("steps")
             if h_m and steps:
                 comm += f" ({1e3 * h_m / steps:.3g} in flight)"
@@ -135,24 +132,26 @@ def strategies_sections(study: StudyRecord, doc: Document, plots: Path) -> Secti
                 name,
                 str(procs),
                 str(threads),
-                fmt_mean_std(t_m, t_s, lambda x: fmt_pct(x, 2), n),
-                fmt_mean_std_sig(w_m, w_s, n),
-                fmt_mean_std_sig(i_m, i_s, n),
+                str(per_iter.n),
+                fmt_spread(test, lambda x: fmt_pct(x, 2)),
+                fmt_spread(wall),
+                fmt_spread(per_iter),
                 comm,
-                fmt_rate(r_m),
-                fmt_bytes(p_m),
+                fmt_spread(spread(rate(s) for s in summ), fmt_rate),
+                fmt_spread(spread(_peak_per_rank(s) for s in summ), fmt_bytes),
             ]
         )
-        iters.append(i_m)
-        iter_err.append(i_s)
-        if i_m:
-            means[name] = i_m
+        iters.append(per_iter.median)
+        iter_err.append(error_bar(per_iter))
+        if per_iter.median:
+            spreads[name] = per_iter
         per_stage[name] = _stage_ms(recs)
     table = Table(
         [
             "Strategy",
             "Procs",
             "Threads",
+            "n",
             "Test acc",
             "Wall (s)",
             "Time/iter (ms)",
@@ -161,14 +160,14 @@ def strategies_sections(study: StudyRecord, doc: Document, plots: Path) -> Secti
             "Peak mem/rank",
         ],
         rows,
-        "Same workload, seed and global batch under each strategy (mean ± std over repeats). "
+        f"Same workload, seed and global batch under each strategy; {SPREAD_NOTE}. "
         "Time/iter: training time over optimizer steps. Comm/iter: the gradient-sync stage "
         "of the hand-written strategies, timed exactly; DDP and FSDP communicate inside "
         "backward (and FSDP forward), where it is part of those stages. Threads: torch "
         "intra-op threads per process (torchrun sets 1 unless OMP_NUM_THREADS is set). Peak "
         f"memory: the largest rank's ({mem_kind or 'n/a'}).",
         "tab:strategies",
-        "lrrrrrrrr",
+        "lrrrrrrrrr",
     )
     section.tables["strategies"] = table
     doc.table(table)
@@ -182,11 +181,11 @@ def strategies_sections(study: StudyRecord, doc: Document, plots: Path) -> Secti
         na_text="not applicable",
     )
     if files:
-        doc.figure(files[0], "Time per iteration by strategy (mean ± std)", None)
+        doc.figure(files[0], "Time per iteration by strategy (median and spread)", None)
     files = _stacked_stage_plot(per_stage, plots / "strategies_stages.png")
     if files:
         doc.figure(files[0], "Each strategy's iteration split into its stages (rank 0)", None)
-    for text in _ratios(means):
+    for text in _ratios(spreads):
         section.findings.append(text)
         doc.paragraph(text)
     if notes:
@@ -202,8 +201,9 @@ def strategies_sections(study: StudyRecord, doc: Document, plots: Path) -> Secti
     return section
 
 
-def _ratios(means: dict[str, float]) -> list[str]:
-    """Time-per-iteration ratios of the pairs people ask about, where both ran."""
+def _ratios(spreads: dict[str, Spread]) -> list[str]:
+    """Time-per-iteration ratios of the pairs people ask about, where both ran: a ratio
+    only where the two spreads do not overlap, else "no measurable difference"."""
     pairs = [
         ("gather-scatter", "allreduce", "hand-written sync through rank 0 vs all-reduce"),
         ("allreduce", "ddp", "per-tensor all-reduce after backward vs DDP's buckets"),
@@ -214,9 +214,15 @@ def _ratios(means: dict[str, float]) -> list[str]:
     ]
     out = []
     for a, b, what in pairs:
-        if a in means and b in means:
+        if a not in spreads or b not in spreads:
+            continue
+        sa, sb = spreads[a], spreads[b]
+        figures = f"{sa.median:.3g} vs {sb.median:.3g} ms, n={sa.n} and {sb.n}"
+        if differ(sa, sb):
+            ratio = sa.median / sb.median  # type: ignore[operator]
+            out.append(f"{a} / {b} time per iteration: {ratio:.2f}x ({what}; {figures}).")
+        else:
             out.append(
-                f"{a} / {b} time per iteration: {means[a] / means[b]:.2f}x ({what}; "
-                f"{means[a]:.3g} vs {means[b]:.3g} ms)."
+                f"{a} / {b} time per iteration: {no_difference_text(sa, sb)} ({what}; {figures})."
             )
     return out

@@ -218,9 +218,77 @@ class Table:
 # ---------------------------------------------------------------------------------------
 
 
+WALL_DEFINITION = (
+    "Wall time runs from the start of the run (after interpreter start-up and imports) to "
+    "the end of its last evaluation; the stages partition it. Process time adds the "
+    "process's start-up before the run; saving the weights and the summary come after both."
+)
+
+
 def _run_title(summary: dict[str, Any]) -> str:
+    """Workload / model, and how it ran: the strategy and world size."""
     parts = [str(summary[k]) for k in ("workload", "model") if summary.get(k)]
-    return " / ".join(parts) or "run"
+    title = " / ".join(parts) or "run"
+    if summary.get("strategy"):
+        title += f" ({_strategy(summary)})"
+    return title
+
+
+def _strategy(summary: dict[str, Any]) -> str:
+    strategy, world = summary.get("strategy"), summary.get("world_size") or 1
+    if not strategy:
+        return MISSING
+    return f"{strategy}, {world} process{'es' if world != 1 else ''}"
+
+
+def _parameters(summary: dict[str, Any]) -> str:
+    """Total parameters, and how many were trained where the workload froze some (LoRA)."""
+    info = summary.get("workload_info") or {}
+    trainable, total = info.get("trainable_parameters"), info.get("total_parameters")
+    if _is_number(trainable) and _is_number(total) and total:
+        return (
+            f"{fmt_int(trainable)} trainable of {fmt_int(total)} ({fmt_pct(trainable / total, 2)})"
+        )
+    return fmt_int(summary.get("num_parameters"))
+
+
+def _process_time(summary: dict[str, Any]) -> str:
+    """Process time including start-up, or why it is not this run's own."""
+    proc = summary.get("process") or {}
+    if not _is_number(proc.get("time_s")):
+        return MISSING
+    before = proc.get("runs_before") or 0
+    if before:
+        return f"n/a (the process ran {before} run(s) before this one)"
+    return f"{fmt_seconds(proc['time_s'])} (start-up {fmt_seconds(proc.get('startup_s'))})"
+
+
+def _steady_rows(summary: dict[str, Any]) -> list[list[object]]:
+    """Steady-state step time and throughput, the warm-up steps apart."""
+    st = summary.get("steady_state") or {}
+    if not st:
+        return []
+    k = st.get("warmup_steps")
+    step = st.get("step_s") or {}
+    rows: list[list[object]] = [
+        ["Warm-up steps (apart)", f"{fmt_int(k)} ({fmt_seconds(st.get('warmup_time_s'))} s)"]
+    ]
+    if _is_number(step.get("median")):
+        ms = 1e3 * step["median"]
+        spread = f"{step.get('kind', 'IQR')} {1e3 * step['low']:.3g}–{1e3 * step['high']:.3g}"
+        rows.append(
+            [f"Step time, steady (ms, n={fmt_int(st.get('steps'))})", f"{ms:.3g} ({spread})"]
+        )
+        rows.append(["Samples/s, steady", fmt_rate(st.get("samples_per_s"))])
+    elif st.get("note"):
+        rows.append(["Step time, steady", _text(st["note"])])
+    return rows
+
+
+def _mfu(summary: dict[str, Any]) -> str:
+    if _is_number(summary.get("mfu")):
+        return fmt_pct(summary["mfu"], 2)
+    return f"n/a ({summary['mfu_note']})" if summary.get("mfu_note") else MISSING
 
 
 def stage_table(summary: dict[str, Any]) -> Table:
@@ -301,7 +369,11 @@ def _env_get(env: dict[str, Any], *names: str) -> Any:
 
 
 def overview_table(summary: dict[str, Any], env: dict[str, Any] | None = None) -> Table:
-    """Key facts of one run as Field | Value rows; missing values show as an en dash."""
+    """Key facts of one run as Field | Value rows; missing values show as an en dash.
+
+    Everything the record measured is here: the console summary, the run report and
+    ``compare`` all show these rows, so no figure is recorded and then never shown.
+    """
     env = env or {}
     device = summary.get("device") or env.get("device")
     device_name = summary.get("device_name") or env.get("device_name")
@@ -311,21 +383,27 @@ def overview_table(summary: dict[str, Any], env: dict[str, Any] | None = None) -
     if peak != MISSING and summary.get("peak_memory_kind"):
         peak += f" ({summary['peak_memory_kind']})"
     status = summary.get("status")
-    params = summary.get("num_parameters")
+    last = (summary.get("epochs") or [{}])[-1]
     rows: list[list[object]] = [
         ["Workload", _text(summary.get("workload"))],
         ["Model", _text(summary.get("model"))],
-        ["Parameters", fmt_int(params)],
+        ["Parameters", _parameters(summary)],
+        ["Strategy", _strategy(summary)],
         ["Device", _text(device)],
         ["Precision", _text(summary.get("precision"))],
         ["Status", _text(status)],
         ["Test accuracy", fmt_pct(summary.get("test_accuracy"), 2)],
         ["Test loss", fmt_float(summary.get("test_loss"))],
+        ["Val loss (last epoch)", fmt_float(last.get("val_loss"))],
+        ["Val accuracy (last epoch)", fmt_pct(last.get("val_accuracy"), 2)],
+        ["Process time (s)", _process_time(summary)],
         ["Wall time (s)", fmt_seconds(summary.get("wall_time_s"))],
         ["Train time (s)", fmt_seconds(summary.get("train_time_s"))],
         ["Steps", fmt_int(summary.get("steps"))],
         ["Batch size", fmt_int(summary.get("batch_size"))],
         ["Samples/s", fmt_rate(summary.get("samples_per_s"))],
+        *_steady_rows(summary),
+        ["MFU", _mfu(summary)],
         ["Peak memory", peak],
         ["Skipped steps", fmt_int(summary.get("skipped_steps"))],
         ["Timing mode", _text(summary.get("timing_mode"))],
@@ -339,21 +417,20 @@ def overview_table(summary: dict[str, Any], env: dict[str, Any] | None = None) -
     ]
     rows += [[k, str(v)] for k, v in optional if v is not None]
     # Facts of multi-process and sequence runs, also only where they apply.
-    if summary.get("strategy") not in (None, "single"):
-        rows.append(["Strategy", f"{summary['strategy']} x {summary.get('world_size', 1)}"])
     if summary.get("peak_memory_bytes_max_rank") is not None:
         rows.append(["Peak memory, largest rank", fmt_bytes(summary["peak_memory_bytes_max_rank"])])
     if _is_number(summary.get("tokens_per_s")):
         rows.append(["Tokens/s", fmt_rate(summary["tokens_per_s"])])
-    if _is_number(summary.get("mfu")):
-        rows.append(["MFU", fmt_pct(summary["mfu"], 2)])
+    if _is_number(last.get("perplexity")):
+        rows.append(["Val perplexity (last epoch)", fmt_float(last["perplexity"])])
     system = summary.get("system") or {}
     if _is_number(system.get("cpu_percent_mean")):
         rows.append(["CPU use (mean)", f"{system['cpu_percent_mean']:.0f}%"])
     return Table(
         ["Field", "Value"],
         rows,
-        f"Run overview: {_run_title(summary)}. Memory in binary units (1 MiB = 1024 x 1024 bytes).",
+        f"Run overview: {_run_title(summary)}. {WALL_DEFINITION} Memory in binary units "
+        "(1 MiB = 1024 x 1024 bytes).",
         "tab:overview",
         "ll",
     )

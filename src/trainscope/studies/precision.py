@@ -16,6 +16,10 @@ from trainscope.errors import DeviceError
 from trainscope.records.study_dir import PlannedRun, StudyPlan
 from trainscope.studies.base import finish_plan, repeats_of
 
+FRESH_PROCESS = True
+"""Each configuration runs in a process of its own by default: this study compares peak memory,
+which a shared process would blur (imports paid once, one process-wide peak RSS)."""
+
 
 def applicability(name: str, device: torch.device) -> str | None:
     """None when ``name`` runs on ``device``, else the reason it cannot."""

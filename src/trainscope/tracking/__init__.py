@@ -4,14 +4,11 @@ The run directory stays the source of truth. Importing this package imports neit
 nor any tracker: ``make_sinks`` imports a sink's package only when that sink is asked for.
 """
 
-from trainscope.tracking.base import (
-    INSTALL_HINTS,
-    SINK_NAMES,
+from trainscope.tracking.base import INSTALL_HINTS, SINK_NAMES, Sinks, make_sinks
+from trainscope.tracking.sink import (
     Sink,
-    Sinks,
     epoch_scalars,
     flat_summary,
-    make_sinks,
     step_scalars,
     system_scalars,
 )

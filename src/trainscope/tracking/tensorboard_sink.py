@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from trainscope.tracking.base import (
+from trainscope.tracking.sink import (
     Sink,
     epoch_scalars,
     flat_summary,

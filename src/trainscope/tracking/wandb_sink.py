@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from trainscope.textsafe import one_line
-from trainscope.tracking.base import (
+from trainscope.tracking.sink import (
     Sink,
     epoch_scalars,
     flat_summary,

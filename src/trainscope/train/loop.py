@@ -114,6 +114,10 @@ class EpochResult:
     stage_s: dict[str, float] = field(default_factory=dict)
     loader_start_s: float = 0.0
     """Part of data wait spent creating the epoch's iterator (DataLoader worker start-up)."""
+    t_start: float = 0.0
+    """When the epoch began, in seconds since the run's clock origin."""
+    t_end: float = 0.0
+    """When its last step (and worker shutdown) ended, on the same clock."""
 
 
 StepLog = Callable[[list[dict[str, Any]]], None]
@@ -133,13 +137,15 @@ def train_epoch(
     on_steps: StepLog | None = None,
     step_fn: StepFn = train_step,
     reduce_losses: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    origin: float = 0.0,
 ) -> EpochResult:
     """Train one epoch; every ``log_every`` steps hand the resolved step records to ``on_steps``.
 
-    A step record is ``{"step", "epoch", "loss", "batch_size", "stages": {stage: s}}``
-    (``loss`` is None when ``step_fn`` is :func:`data_step`). With ``reduce_losses`` (the
-    mean over ranks, one collective per log interval, not per step) ``loss`` is the global
-    loss and ``rank_loss`` this rank's.
+    A step record is ``{"step", "epoch", "loss", "batch_size", "t", "stages": {stage: s}}``
+    (``loss`` is None when ``step_fn`` is :func:`data_step`; ``t`` is when the step began,
+    in ``time.perf_counter`` seconds since ``origin``, the run's clock origin). With
+    ``reduce_losses`` (the mean over ranks, one collective per log interval, not per step)
+    ``loss`` is the global loss and ``rank_loss`` this rank's.
     """
     epoch = state.epoch + 1
     state.model.train()
@@ -148,7 +154,8 @@ def train_epoch(
         sampler.set_epoch(epoch)  # a fresh shuffle each epoch, the same on every rank
     n_steps = len(loader) if max_steps is None else min(len(loader), max_steps)
     stage_s = dict.fromkeys(TRAIN_STAGES, 0.0)
-    pending: list[tuple[int, int, torch.Tensor | None]] = []  # (step, batch size, device loss)
+    # (step, batch size, device loss, start time): read back together every log interval.
+    pending: list[tuple[int, int, torch.Tensor | None, float]] = []
     loss_sum, loss_samples, samples = 0.0, 0, 0
 
     def flush(block: bool) -> None:
@@ -158,16 +165,17 @@ def train_epoch(
             return
         done, pending[:] = pending[: len(times)], pending[len(times) :]
         # One read of many losses: a single device sync per log interval, not per step.
-        losses = [loss for _, _, loss in done if loss is not None]
+        losses = [loss for _, _, loss, _ in done if loss is not None]
         stacked = torch.stack(losses).float() if losses else None
         read = iter(stacked.cpu().tolist() if losses else [])
-        values = [None if loss is None else next(read) for _, _, loss in done]
+        values = [None if loss is None else next(read) for _, _, loss, _ in done]
         glob = iter(reduce_losses(stacked).cpu().tolist() if reduce_losses and losses else [])
         records, diverged = [], None
-        for (step, bs, _), value, st in zip(done, values, times):
+        for (step, bs, _, t), value, st in zip(done, values, times):
             for k, v in st.items():
                 stage_s[k] += v
-            rec = {"step": step, "epoch": epoch, "loss": value, "batch_size": bs, "stages": st}
+            rec = {"step": step, "epoch": epoch, "loss": value, "batch_size": bs, "t": t}
+            rec["stages"] = st
             if reduce_losses is not None and value is not None:
                 rec["rank_loss"], rec["loss"] = value, next(glob)
             if rec["loss"] is not None and not math.isfinite(rec["loss"]):
@@ -195,8 +203,11 @@ def train_epoch(
     loader_start = time.perf_counter() - t0
     stage_s["data_wait"] += loader_start
     for _ in range(n_steps):
+        # Host time at the step's start, on the run's clock: stages, evaluation and
+        # system samples of one run then share one axis (the timeline, the trace).
+        t_step = round(time.perf_counter() - origin, 6)
         loss, batch_size = step_fn(state, batches, timer)
-        pending.append((state.step, batch_size, loss))
+        pending.append((state.step, batch_size, loss, t_step))
         samples += batch_size
         if len(pending) >= log_every:
             flush(block=True)
@@ -204,14 +215,17 @@ def train_epoch(
     del batches  # shut non-persistent workers down inside the epoch's time
     device_sync(state.device)
     state.epoch = epoch
+    t_end = time.perf_counter()
     return EpochResult(
         epoch=epoch,
         steps=n_steps,
         samples=samples,
-        duration_s=time.perf_counter() - t0,
+        duration_s=t_end - t0,
         mean_loss=loss_sum / loss_samples if loss_samples else None,
         stage_s=stage_s,
         loader_start_s=loader_start,
+        t_start=t0 - origin,
+        t_end=t_end - origin,
     )
 
 

@@ -76,6 +76,8 @@ def rank_summary(info: DistInfo, summary: dict[str, Any], hostname: str) -> dict
         "peak_rss_bytes",
         "device",
         "comm",
+        "clock",
+        "steady_state",
     )
     return {"rank": info.rank, "local_rank": info.local_rank, "host": hostname} | {
         k: summary.get(k) for k in keys

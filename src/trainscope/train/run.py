@@ -19,9 +19,10 @@ from trainscope.config import MULTIPROCESS_STRATEGIES, RunConfig, TrainConfig
 from trainscope.data.loaders import make_loader
 from trainscope.errors import ConfigError, Terminated, TrainscopeError
 from trainscope.precision import make_precision
-from trainscope.profiling.system import SystemSampler, peak_rss_bytes
+from trainscope.profiling.system import SystemSampler, clock_origin, peak_rss_bytes, process_start
 from trainscope.profiling.timer import ProgressTimer, device_sync, make_stage_timer
 from trainscope.records import STAGES, OwnedDir, RunWriter, atomic_write_json, prepare_run_dir
+from trainscope.records.steady import steady_state
 from trainscope.runtime import describe_environment, resolve_device, seed_everything
 from trainscope.runtime.device import device_name
 from trainscope.runtime.dist import (
@@ -93,7 +94,7 @@ def run(cfg: RunConfig, console: RunConsole | None = None) -> dict[str, Any]:
     Under torchrun (or with a multi-process strategy alone) this process joins the process
     group first; rank 0 writes the run record and every rank its ``ranks/rank<R>`` folder.
     """
-    t_start = time.perf_counter()
+    t_start = time.perf_counter()  # the run's clock origin: every "t" is relative to it
     device = resolve_device(cfg.runtime.device)
     info = DistInfo()
     if cfg.dist.strategy in MULTIPROCESS_STRATEGIES:
@@ -176,6 +177,8 @@ def _record(
         "strategy": strategy.name,
         "world_size": info.world_size,
         "rank": info.rank,
+        "clock": clock_origin(t_start),
+        "process": process_start(t_start),
     }
     writer.write_summary(summary)  # a killed run leaves "running", never "completed"
     console.start(run_dir, summary)
@@ -188,6 +191,7 @@ def _record(
         cfg.runtime.system_interval_s,
         gpus=device.type == "cuda",
         on_sample=sinks.log_system,
+        origin=t_start,
     )
     watchdog = _stall_watchdog(cfg, info, writer, summary, console)
     try:
@@ -402,7 +406,10 @@ def _train(
     train_time = 0.0
     reduce_losses = ranks.make_loss_reducer(info)
 
+    step_records: list[dict[str, Any]] = []  # kept for the steady-state figures
+
     def on_steps(records: list[dict[str, Any]]) -> None:
+        step_records.extend({"batch_size": r["batch_size"], "stages": r["stages"]} for r in records)
         for r in records:
             writer.log("step", **r)
             if len(first_losses) < FIRST_LOSSES and r["loss"] is not None:
@@ -425,6 +432,7 @@ def _train(
             on_steps=on_steps,
             step_fn=data_step if cfg.train.data_only else train_step,
             reduce_losses=reduce_losses,
+            origin=t_start,
         )
         for k, v in res.stage_s.items():
             stages[k] += v
@@ -441,6 +449,8 @@ def _train(
             if res.duration_s > 0
             else None,
             "loader_start_s": res.loader_start_s,
+            "t_start": res.t_start,
+            "t_end": res.t_end,
         }
         last = e + 1 == cfg.train.epochs
         if val_loader is not None and ((e + 1) % cfg.train.eval_every == 0 or last):
@@ -448,6 +458,7 @@ def _train(
             val = evaluate(state, workload, val_loader)
             device_sync(device)
             stages["evaluation"] += time.perf_counter() - t0
+            row.update(val_t=t0 - t_start, val_s=time.perf_counter() - t0)
             row.update(val_loss=val["loss"], val_accuracy=val.get("accuracy"))
             row.update({k: v for k, v in val.items() if k in ("perplexity",)})
         epochs.append(row)
@@ -464,11 +475,14 @@ def _train(
         test = evaluate(state, workload, test_loader)
         device_sync(device)
         stages["evaluation"] += time.perf_counter() - t0
-        writer.log("test", **test)
+        writer.log("test", t=t0 - t_start, seconds=time.perf_counter() - t0, **test)
 
     device_sync(device)
     if not strategy.comm_stage:
         stages.pop("comm")  # no separate communication stage: it is inside backward
+    # wall_time_s: from the run's start (after interpreter start-up and imports) to the end
+    # of its last evaluation; the stages partition it. Saving weights and writing the
+    # summary come after it (see "after_wall_s"); the process time adds the start-up.
     wall = time.perf_counter() - t_start
     stages["other"] = wall - sum(v for k, v in stages.items() if k != "other")
     summary.update(
@@ -492,7 +506,11 @@ def _train(
         ),
         peak_rss_bytes=peak_rss_bytes(),
         comm=strategy.comm_stats() or None,
+        steady_state=steady_state(
+            step_records, cfg.runtime.timing_warmup_steps, scale=_throughput_scale(strategy)
+        ),
     )
+    summary["process"]["time_s"] = summary["process"]["startup_s"] + wall
     if device.type == "cuda":
         summary["peak_memory_bytes"] = torch.cuda.max_memory_allocated(device)
         summary["peak_memory_kind"] = "cuda_max_allocated"
@@ -502,7 +520,9 @@ def _train(
     _throughput_figures(summary, workload, device, cfg.runtime.precision, info.world_size)
     _gather_ranks(summary, info)
     if cfg.train.save_weights and not cfg.train.data_only:
+        t0 = time.perf_counter()
         _save(writer, state, strategy, workload, summary)
+        summary["after_wall_s"] = {"save_weights": time.perf_counter() - t0}
 
 
 def _throughput_scale(strategy: Strategy) -> int:
@@ -517,15 +537,19 @@ def _throughput_figures(
     rate = summary.get("samples_per_s")
     if rate and workload.tokens_per_sample:
         summary["tokens_per_s"] = rate * workload.tokens_per_sample
-    if workload.flops_per_sample:
-        summary["flops_per_sample"] = workload.flops_per_sample
-        from trainscope.profiling.peak import mfu, peak_flops
+    if not workload.flops_per_sample:
+        summary["mfu_note"] = "the workload states no FLOPs per sample"
+        return
+    summary["flops_per_sample"] = workload.flops_per_sample
+    from trainscope.profiling.peak import ENV_VAR, mfu, peak_flops
 
-        peak = peak_flops(device, precision)
-        summary["peak_flops_per_device"] = peak
-        # Every rank's device contributes its peak: MFU is achieved / (peak x devices).
-        summary["mfu"] = (
-            mfu(workload.flops_per_sample, rate, peak * world) if rate and peak else None
+    peak = peak_flops(device, precision)
+    summary["peak_flops_per_device"] = peak
+    # Every rank's device contributes its peak: MFU is achieved / (peak x devices).
+    summary["mfu"] = mfu(workload.flops_per_sample, rate, peak * world) if rate and peak else None
+    if peak is None:
+        summary["mfu_note"] = (
+            f"no known peak FLOP/s for {device.type} at {precision}; set {ENV_VAR} to give one"
         )
 
 
