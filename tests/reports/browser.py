@@ -53,11 +53,12 @@ def require_browser() -> None:
         pytest.skip(SKIP_MESSAGE)
 
 
-def browser_problems(html_path: Path) -> list[str]:
+def browser_problems(html_path: Path, screenshot: Path | None = None) -> list[str]:
     """Load ``html_path`` in headless Chromium; return every problem seen ([] = clean).
 
     Problems are console messages of type error, uncaught page errors, failed requests
-    and ``<img>`` elements that are not ``complete`` with a non-zero natural width.
+    and ``<img>`` elements that are not ``complete`` with a non-zero natural width. With
+    ``screenshot``, the whole page is also saved there as a PNG, as a reader would see it.
     """
     from playwright.sync_api import sync_playwright
 
@@ -85,6 +86,9 @@ def browser_problems(html_path: Path) -> list[str]:
                 Path(html_path).resolve().as_uri(), wait_until="load", timeout=LOAD_TIMEOUT_MS
             )
             problems += [f"broken image: {src}" for src in page.evaluate(_BROKEN_IMAGES_JS)]
+            if screenshot is not None:
+                page.set_viewport_size({"width": 1200, "height": 900})
+                page.screenshot(path=str(screenshot), full_page=True)
         finally:
             browser.close()
     return problems

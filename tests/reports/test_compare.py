@@ -47,7 +47,7 @@ def test_one_column_per_run_named_by_directory(tmp_path: Path) -> None:
     assert rows["Epochs"] == ["2", "2"]
     assert rows["Steps"] == ["20", "20"]
     assert rows["Test accuracy"] == ["97.40%", "96.12%"]
-    assert rows["Final val accuracy"] == ["–", "–"]  # the last epoch was not evaluated
+    assert rows["Val accuracy (last epoch)"] == ["–", "–"]  # the last epoch was not evaluated
     assert rows["Wall time (s)"] == ["4.200", "5.000"]
     assert rows["Samples/s"] == ["6,100", "6,100"]
     assert rows["Peak memory"][0] == "333.8 MiB (process_peak_rss)"
@@ -151,3 +151,37 @@ def test_failed_run_note_shows_the_name_verbatim(tmp_path: Path) -> None:
     page = (tmp_path / "cmp" / "compare.html").read_text(encoding="utf-8")
     assert "Not completed (numbers are partial): lr*2*_`x`</p>" in page
     assert "<strong>" not in page and "<code>x</code>" not in page
+
+
+def _steady(median_ms: float, low_ms: float, high_ms: float) -> dict:
+    return {
+        "warmup_steps": 5,
+        "steps": 95,
+        "step_s": {
+            "median": median_ms / 1e3,
+            "low": low_ms / 1e3,
+            "high": high_ms / 1e3,
+            "kind": "IQR",
+        },
+    }
+
+
+def test_compare_claims_a_step_time_ratio_only_beyond_the_noise(tmp_path: Path) -> None:
+    """Per-step interquartile ranges that overlap give 'no measurable difference'; apart,
+    a ratio. Wall times alone (here 4.2 vs 5.0 s) are never turned into a verdict."""
+    base = {**COMPLETED, "steady_state": _steady(10.0, 9.5, 10.5)}
+    close = {**BF16, "steady_state": _steady(10.3, 9.8, 10.9)}
+    slow = {**BF16, "steady_state": _steady(20.0, 19.0, 21.0)}
+    runs = [write_run(tmp_path, n, s) for n, s in (("a", base), ("b", close), ("c", slow))]
+    comparison = build_comparison(runs, tmp_path / "cmp")
+    b, c = comparison.findings
+    assert b.startswith("b vs a: steady step time: no measurable difference at n=95")
+    assert c.startswith("c vs a: steady step time 2.00x (20.0 ms vs 10.0 ms")
+    md = (tmp_path / "cmp" / "compare.md").read_text(encoding="utf-8")
+    assert "## Step time" in md and "2.00x" in md
+    rows = rows_by_label(comparison.table)
+    assert rows["Step time, steady (ms, n=95)"] == [
+        "10 (IQR 9.5–10.5)",
+        "10.3 (IQR 9.8–10.9)",
+        "20 (IQR 19–21)",
+    ]

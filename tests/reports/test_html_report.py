@@ -48,6 +48,7 @@ def test_report_html_says_what_report_md_says(completed: Path) -> None:
     assert headings == [
         "Overview",
         "Where the time went",
+        "Timeline",
         "Training loss",
         "Per-epoch results",
         "Per-class test accuracy",

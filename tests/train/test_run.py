@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import time
+from pathlib import Path
 
 import pytest
 import torch
 import yaml
 
+from tests.reports.browser import browser_problems, require_browser
+from tests.reports.test_trace import check_trace, load_strict
 from trainscope.config import from_dict
 from trainscope.records import STAGES as ALL_STAGES
 from trainscope.records import load_run
@@ -140,10 +145,34 @@ def test_report_renders_from_the_saved_run(default_run, tmp_path):
     out, summary, _ = default_run
     report = build_run_report(out, tmp_path / "rep")
     names = {p.name for p in report.files}
-    assert {"stages.png", "report.md", "tables.tex"} <= names
+    assert {"stages.png", "report.md", "tables.tex", "timeline.png", "trace.json"} <= names
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "loss + backward" in md
     assert f"{summary['test_accuracy'] * 100:.2f}%" in md
+    assert md.startswith("# Run report: digits / LeNet5 (single, 1 process)\n")
+    assert "![Timeline of the run" in md
+    # The Chrome trace of a real run passes the trace-format checks, every step on it.
+    trace = load_strict(tmp_path / "rep" / "trace.json")
+    check_trace(trace)
+    step_events = [e for e in trace["traceEvents"] if e.get("name") == "forward"]
+    assert len(step_events) == summary["steps"]
+
+
+def test_run_report_with_its_timeline_renders_in_a_browser(default_run, tmp_path):
+    """The report as a reader sees it: headless Chromium loads it cleanly, every image
+    decodes, and a full-page screenshot shows a long page (saved for a look by eye)."""
+    require_browser()
+    out, _, _ = default_run
+    report = build_run_report(out, tmp_path / "rep")
+    shot = tmp_path / "report.png"
+    assert browser_problems(report.html_path, screenshot=shot) == []
+    import matplotlib.image
+
+    image = matplotlib.image.imread(shot)
+    assert image.shape[1] >= 1000 and image.shape[0] > 2000  # the whole page, figures included
+    keep = os.environ.get("TRAINSCOPE_KEEP_SCREENSHOTS")
+    if keep:
+        shutil.copy(shot, Path(keep) / "run_report.png")
 
 
 def _failing_factory_module(tmp_path, monkeypatch):

@@ -3,23 +3,27 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from trainscope.records.run_dir import STAGE_LABELS, STAGES, RunRecord, load_run
+from trainscope.records.steady import steady_state
 from trainscope.reports.document import Document, escape_inline, write_document
 from trainscope.reports.outdir import report_dir
+from trainscope.reports.stats import compare_text, fmt_sig
 from trainscope.reports.tables import (
+    WALL_DEFINITION,
     Table,
-    fmt_bytes,
-    fmt_float,
-    fmt_int,
     fmt_pct,
-    fmt_rate,
     fmt_seconds,
+    overview_table,
 )
+from trainscope.spread import NONE, Spread
+
+# Warm-up steps left out of an older run's steady state (its summary has none).
+DEFAULT_WARMUP = 5
 
 
 @dataclass
@@ -29,39 +33,8 @@ class Comparison:
     out_dir: Path
     table: Table
     files: list[Path] = field(default_factory=list)
-
-
-def _peak(s: dict[str, Any]) -> str:
-    text = fmt_bytes(s.get("peak_memory_bytes"))
-    return f"{text} ({s['peak_memory_kind']})" if s.get("peak_memory_kind") else text
-
-
-def _last_val(s: dict[str, Any]) -> Any:
-    epochs = s.get("epochs") or []
-    return epochs[-1].get("val_accuracy") if epochs else None
-
-
-# Row label -> how to read it from a summary. Configuration first, then results.
-ROWS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
-    ("Status", lambda s: str(s.get("status", "–"))),
-    ("Workload", lambda s: str(s.get("workload", "–"))),
-    ("Model", lambda s: str(s.get("model", "–"))),
-    ("Device", lambda s: str(s.get("device", "–"))),
-    ("Precision", lambda s: str(s.get("precision", "–"))),
-    ("Loader", lambda s: str(s.get("loader", "torch"))),
-    ("Workers", lambda s: str(s.get("num_workers", "–"))),
-    ("Batch size", lambda s: fmt_int(s.get("batch_size"))),
-    ("Epochs", lambda s: str(len(s.get("epochs") or []))),
-    ("Steps", lambda s: fmt_int(s.get("steps"))),
-    ("Final val accuracy", lambda s: fmt_pct(_last_val(s), 2)),
-    ("Test accuracy", lambda s: fmt_pct(s.get("test_accuracy"), 2)),
-    ("Test loss", lambda s: fmt_float(s.get("test_loss"))),
-    ("Wall time (s)", lambda s: fmt_seconds(s.get("wall_time_s"))),
-    ("Train time (s)", lambda s: fmt_seconds(s.get("train_time_s"))),
-    ("Samples/s", lambda s: fmt_rate(s.get("samples_per_s"))),
-    ("Peak memory", _peak),
-    ("Skipped steps", lambda s: fmt_int(s.get("skipped_steps"))),
-]
+    findings: list[str] = field(default_factory=list)
+    """Step-time verdicts against the first run (also printed on the console)."""
 
 
 def _stage_cell(s: dict[str, Any], stage: str) -> str:
@@ -74,11 +47,18 @@ def _stage_cell(s: dict[str, Any], stage: str) -> str:
 
 
 def comparison_table(records: Sequence[RunRecord]) -> Table:
-    """One column per run (named by its directory), one row per fact, then per stage."""
+    """One column per run (named by its directory), one row per fact, then per stage.
+
+    The facts are the rows of each run's overview (what the console summary and the run
+    report show), in order of first appearance: a fact only some runs have shows as a
+    dash in the others.
+    """
     names = _unique_names(records)
-    rows: list[list[object]] = []
-    for label, read in ROWS:
-        rows.append([label, *(read(r.summary) for r in records)])
+    per_run = [{row[0]: row[1] for row in overview_table(r.summary, r.env).rows} for r in records]
+    labels: list[str] = []
+    for facts in per_run:
+        labels += [k for k in facts if k not in labels]
+    rows: list[list[object]] = [[label, *(f.get(label, "–") for f in per_run)] for label in labels]
     for stage in STAGES:
         if any(stage in (r.summary.get("stages_s") or {}) for r in records):
             rows.append(
@@ -87,10 +67,48 @@ def comparison_table(records: Sequence[RunRecord]) -> Table:
     return Table(
         ["", *names],
         rows,
-        "Runs side by side; stage rows give seconds and share of wall time.",
+        "Runs side by side; stage rows give seconds and share of wall time. " + WALL_DEFINITION,
         "tab:compare",
         "l" + "r" * len(records),
     )
+
+
+def step_spread(record: RunRecord) -> Spread:
+    """A run's steady-state step times as a spread (IQR over its steps after warm-up),
+    from the summary, or recomputed from the step records of an older run."""
+    st = record.summary.get("steady_state")
+    if not st:
+        st = steady_state(record.events("step"), DEFAULT_WARMUP) or {}
+    step = st.get("step_s") or {}
+    if not isinstance(step.get("median"), (int, float)):
+        return NONE
+    return Spread(
+        step["median"], step["low"], step["high"], int(st.get("steps") or 0), step["kind"]
+    )
+
+
+def verdicts(names: Sequence[str], records: Sequence[RunRecord]) -> list[str]:
+    """Each run's steady step time against the first run's: a ratio only where the two
+    interquartile ranges of per-step times do not overlap, else no measurable difference."""
+    if len(records) < 2:
+        return []
+    base = step_spread(records[0])
+    if base.median is None:
+        return []
+    out = []
+    for name, rec in zip(names[1:], records[1:]):
+        sp = step_spread(rec)
+        if sp.median is None:
+            continue
+        out.append(
+            compare_text(name, sp, names[0], base, "steady step time", fmt=_ms, unit=" ms")
+            + " (per-step spreads)."
+        )
+    return out
+
+
+def _ms(x: Any) -> str:
+    return fmt_sig(1e3 * x) if isinstance(x, (int, float)) else "–"
 
 
 def _unique_names(records: Sequence[RunRecord]) -> list[str]:
@@ -117,6 +135,15 @@ def build_comparison(
 def _write_comparison(records: Sequence[RunRecord], table: Table, out: Path) -> Comparison:
     doc = Document(f"Comparison of {len(records)} runs")
     doc.table(table)
+    found = verdicts(table.columns[1:], records)
+    if found:
+        doc.heading("Step time", 2)
+        doc.paragraph(
+            "Steady-state step time of each run against the first (warm-up steps left "
+            "out), median of its steps with their interquartile range; a ratio is given only "
+            "where the two ranges do not overlap."
+        )
+        doc.bullets([escape_inline(f) for f in found])
     # Named as in the table's header (r1 alone is ambiguous among study runs), escaped:
     # a directory name is text, not markup.
     failed = [
@@ -135,7 +162,7 @@ def _write_comparison(records: Sequence[RunRecord], table: Table, out: Path) -> 
     tex = out / "compare.tex"
     tex.write_text(table.to_latex(), encoding="utf-8")
     files.append(tex)
-    return Comparison(out_dir=out, table=table, files=files)
+    return Comparison(out_dir=out, table=table, files=files, findings=found)
 
 
 def print_comparison(comparison: Comparison) -> None:
@@ -146,4 +173,6 @@ def print_comparison(comparison: Comparison) -> None:
 
     console = Console()
     console.print(table_to_rich(comparison.table))
+    for line in comparison.findings:
+        print_line(console, "• " + line)
     print_line(console, "written: " + ", ".join(str(p) for p in comparison.files))

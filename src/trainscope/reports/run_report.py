@@ -26,6 +26,7 @@ from trainscope.records.run_dir import RunRecord, load_run
 from trainscope.reports.document import Document, escape_inline, inline_code, write_document
 from trainscope.reports.outdir import default_or, report_dir
 from trainscope.reports.plots import loss_curve, stage_pie
+from trainscope.reports.stragglers import straggler_section
 from trainscope.reports.tables import (
     Table,
     epoch_table,
@@ -33,8 +34,11 @@ from trainscope.reports.tables import (
     latex_escape,
     overview_table,
     per_class_table,
+    run_title,
     stage_table,
 )
+from trainscope.reports.timeline import load_timeline, no_timeline_reason, timeline_section
+from trainscope.reports.trace import TRACE_FILE, write_chrome_trace
 
 if TYPE_CHECKING:
     import rich.table
@@ -112,11 +116,15 @@ def _status_note(doc: Document, summary: dict[str, Any]) -> None:
         doc.note(escape_inline(str(note)))
 
 
-def _build_document(record: RunRecord, report: RunReport, figures: dict[str, Path]) -> Document:
-    """The report's content, rendered to both report.md and report.html."""
+def _build_document(
+    record: RunRecord, report: RunReport, figures: dict[str, Path], plots: Path
+) -> Document:
+    """The report's content, rendered to both report.md and report.html; the timeline's
+    figures (drawn into ``plots``) and trace.json are added to ``report.files``."""
     summary = record.summary
     tables = report.tables
-    title = " / ".join(str(summary[k]) for k in ("workload", "model") if summary.get(k))
+    # Workload / model and how it ran (strategy, processes): a DDP run says so up front.
+    title = run_title(summary) if summary.get("workload") or summary.get("model") else None
     doc = Document(f"Run report: {title or record.path.name}")
     _status_note(doc, summary)
     doc.paragraph(
@@ -137,6 +145,16 @@ def _build_document(record: RunRecord, report: RunReport, figures: dict[str, Pat
         doc.paragraph(
             "`other` = wall time minus the measured stages; it can be slightly negative"
             " when asynchronous GPU timings overlap the host clock."
+        )
+
+    straggler_section(record, doc)  # multi-rank runs: per-rank stages, who waits for whom
+    report.files += timeline_section(record, doc, plots)
+    trace = _write_trace(record, report.out_dir)
+    if trace is not None:
+        report.files.append(trace)
+        doc.paragraph(
+            "The same timeline as a Chrome trace, one track per rank and stage: "
+            f"{inline_code(trace.name)} (open it in https://ui.perfetto.dev or chrome://tracing)."
         )
 
     doc.heading("Training loss")
@@ -190,7 +208,15 @@ def build_run_report(
 
 
 # What a run report writes (besides plots/): recorded before written.
-REPORT_FILES = ("report.md", "report.html", "tables.tex")
+REPORT_FILES = ("report.md", "report.html", "tables.tex", TRACE_FILE)
+
+
+def _write_trace(record: RunRecord, out: Path) -> Path | None:
+    """trace.json where the steps carry start times (older records have none)."""
+    timeline = load_timeline(record)
+    if no_timeline_reason(timeline) is not None:
+        return None
+    return write_chrome_trace(timeline, out / TRACE_FILE)
 
 
 def _write_run_report(record: RunRecord, out: Path) -> RunReport:
@@ -214,7 +240,7 @@ def _write_run_report(record: RunRecord, out: Path) -> RunReport:
     if plots.is_dir() and not any(plots.iterdir()):
         plots.rmdir()  # nothing to draw (e.g. a run that failed in setup): no empty folder
 
-    report.files += write_document(_build_document(record, report, figures), out)
+    report.files += write_document(_build_document(record, report, figures, plots), out)
     tex_path = out / "tables.tex"
     tex_path.write_text(_render_latex(record, report), encoding="utf-8")
     report.files.append(tex_path)

@@ -225,7 +225,7 @@ WALL_DEFINITION = (
 )
 
 
-def _run_title(summary: dict[str, Any]) -> str:
+def run_title(summary: dict[str, Any]) -> str:
     """Workload / model, and how it ran: the strategy and world size."""
     parts = [str(summary[k]) for k in ("workload", "model") if summary.get(k)]
     title = " / ".join(parts) or "run"
@@ -239,6 +239,13 @@ def _strategy(summary: dict[str, Any]) -> str:
     if not strategy:
         return MISSING
     return f"{strategy}, {world} process{'es' if world != 1 else ''}"
+
+
+def _loader(summary: dict[str, Any]) -> str:
+    loader, workers = summary.get("loader"), summary.get("num_workers")
+    if loader is None:
+        return MISSING
+    return f"{loader}, {workers} workers" if loader == "torch" else str(loader)
 
 
 def _parameters(summary: dict[str, Any]) -> str:
@@ -309,7 +316,7 @@ def stage_table(summary: dict[str, Any]) -> Table:
     if rows or has_wall:
         rows.append(["total (wall)", fmt_seconds(wall), fmt_pct(1.0 if has_wall else None)])
     where = ", ".join(str(summary[k]) for k in ("device", "precision") if summary.get(k))
-    caption = f"Where the wall time went: {_run_title(summary)}"
+    caption = f"Where the wall time went: {run_title(summary)}"
     caption += f" ({where})." if where else "."
     caption += " 'other' is wall time minus the measured stages."
     return Table(["Stage", "Seconds", "Share"], rows, caption, "tab:stages", "lrr")
@@ -332,7 +339,7 @@ def epoch_table(summary: dict[str, Any]) -> Table:
     return Table(
         ["Epoch", "Train loss", "Val loss", "Val accuracy", "Duration (s)", "Samples/s"],
         rows,
-        f"Per-epoch results: {_run_title(summary)}.",
+        f"Per-epoch results: {run_title(summary)}.",
         "tab:epochs",
         "rrrrrr",
     )
@@ -355,7 +362,7 @@ def per_class_table(summary: dict[str, Any]) -> Table:
     return Table(
         ["Class", "Accuracy"],
         rows,
-        f"Per-class test accuracy: {_run_title(summary)}.",
+        f"Per-class test accuracy: {run_title(summary)}.",
         "tab:per-class",
         "lr",
     )
@@ -385,13 +392,14 @@ def overview_table(summary: dict[str, Any], env: dict[str, Any] | None = None) -
     status = summary.get("status")
     last = (summary.get("epochs") or [{}])[-1]
     rows: list[list[object]] = [
+        ["Status", _text(status)],
         ["Workload", _text(summary.get("workload"))],
         ["Model", _text(summary.get("model"))],
         ["Parameters", _parameters(summary)],
         ["Strategy", _strategy(summary)],
         ["Device", _text(device)],
         ["Precision", _text(summary.get("precision"))],
-        ["Status", _text(status)],
+        ["Loader", _loader(summary)],
         ["Test accuracy", fmt_pct(summary.get("test_accuracy"), 2)],
         ["Test loss", fmt_float(summary.get("test_loss"))],
         ["Val loss (last epoch)", fmt_float(last.get("val_loss"))],
@@ -399,6 +407,7 @@ def overview_table(summary: dict[str, Any], env: dict[str, Any] | None = None) -
         ["Process time (s)", _process_time(summary)],
         ["Wall time (s)", fmt_seconds(summary.get("wall_time_s"))],
         ["Train time (s)", fmt_seconds(summary.get("train_time_s"))],
+        ["Epochs", str(len(summary.get("epochs") or []))],
         ["Steps", fmt_int(summary.get("steps"))],
         ["Batch size", fmt_int(summary.get("batch_size"))],
         ["Samples/s", fmt_rate(summary.get("samples_per_s"))],
@@ -429,7 +438,7 @@ def overview_table(summary: dict[str, Any], env: dict[str, Any] | None = None) -
     return Table(
         ["Field", "Value"],
         rows,
-        f"Run overview: {_run_title(summary)}. {WALL_DEFINITION} Memory in binary units "
+        f"Run overview: {run_title(summary)}. {WALL_DEFINITION} Memory in binary units "
         "(1 MiB = 1024 x 1024 bytes).",
         "tab:overview",
         "ll",
