@@ -83,11 +83,16 @@ def main() -> None:
             f"| {s} | {med(s, 'iter_ms'):.2f} | {min(its):.2f}–{max(its):.2f} | "
             f"{'in backward' if comm is None else f'{comm:.2f}'} | {med(s, 'backward_ms'):.2f} |"
         )
-    base = med("ddp", "iter_ms")
-    for s in ("gather-scatter", "allreduce"):
-        print(f"\n{s} / ddp: {med(s, 'iter_ms') / base:.2f}x", end="")
-    ratio = med("gather-scatter", "iter_ms") / med("allreduce", "iter_ms")
-    print(f"\ngather-scatter / allreduce: {ratio:.2f}x")
+    # A ratio only where the min–max ranges of the two strategies do not overlap.
+    from trainscope.spread import differ, no_difference_text, spread
+
+    iters = {s: spread(x["iter_ms"] for x in results[s]) for s in STRATEGIES}
+    for a, b in (("gather-scatter", "ddp"), ("allreduce", "ddp"), ("gather-scatter", "allreduce")):
+        if differ(iters[a], iters[b]):
+            print(f"\n{a} / {b}: {iters[a].median / iters[b].median:.2f}x", end="")
+        else:
+            print(f"\n{a} / {b}: {no_difference_text(iters[a], iters[b])}", end="")
+    print()
 
 
 if __name__ == "__main__":
