@@ -42,9 +42,10 @@ def test_spread_is_iqr_from_five_values_and_min_max_below():
     assert spread([None, float("nan"), "x", True]).n == 0
 
 
-def test_outliers_need_three_values_and_ignore_float_noise():
+def test_outliers_need_five_values_and_ignore_float_noise():
     assert outlier_indices([1.0, 100.0]) == ()
-    assert outlier_indices([10.0, 10.0 + 1e-12, 10.0, 10.0]) == ()
+    assert outlier_indices([0.335, 0.344, 0.345]) == ()  # three values: noise, not an outlier
+    assert outlier_indices([10.0, 10.0 + 1e-12, 10.0, 10.0, 10.0]) == ()
     assert outlier_indices([10.0, 11.0, 10.5, 10.2, 30.0]) == (4,)
 
 

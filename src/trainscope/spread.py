@@ -8,8 +8,8 @@ The rule, everywhere a number is compared (studies, ``compare``, console summari
   n < 5 (a quartile of three numbers means little);
 - two figures **differ** only when both have n >= 2 and their spreads do not overlap;
   otherwise there is "no measurable difference at n=…", and more repeats are the answer;
-- a repeat is an **outlier** when it lies more than 3 scaled MADs from the median
-  (MAD x 1.4826, which estimates the standard deviation for normal noise). Outliers stay
+- a repeat is an **outlier** when, among at least 5, it lies more than 3 scaled MADs from
+  the median (MAD x 1.4826, which estimates the standard deviation for normal noise). Outliers stay
   in the statistics (the median barely moves for one) and are flagged where shown.
 
 Medians and ranges rather than mean ± standard deviation: timings on a shared machine are
@@ -80,12 +80,15 @@ def quantile(sorted_xs: Sequence[float], q: float) -> float:
 
 
 def outlier_indices(xs: Sequence[float]) -> tuple[int, ...]:
-    """Indices of values more than 3 scaled MADs from the median (needs n >= 3).
+    """Indices of values more than 3 scaled MADs from the median (needs n >= 5).
 
-    When more than half the values are equal the MAD is 0; a tiny floor relative to the
-    median then keeps float noise from being flagged while a real outlier still is.
+    With three or four values the MAD is one or two distances, and ordinary noise lands
+    beyond three of them (0.335 among 0.344 and 0.345 would be "an outlier"): no flags
+    below five. When more than half the values are equal the MAD is 0; a tiny floor
+    relative to the median then keeps float noise from being flagged while a real outlier
+    still is.
     """
-    if len(xs) < 3:
+    if len(xs) < IQR_MIN_N:
         return ()
     med = statistics.median(xs)
     mad = MAD_SCALE * statistics.median(abs(x - med) for x in xs)

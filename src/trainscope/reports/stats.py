@@ -69,7 +69,8 @@ def fmt_spread(sp: Spread, fmt: Callable[[Any], str] = fmt_sig) -> str:
         return MISSING
     text = fmt(sp.median)
     if sp.n > 1 and sp.low is not None and sp.high is not None:
-        text += f" ({fmt(sp.low)}–{fmt(sp.high)})"
+        low, high = fmt(sp.low), fmt(sp.high)
+        text += " (all equal)" if low == high == text else f" ({low}–{high})"
     if sp.outliers:
         k = len(sp.outliers)
         text += f" [{k} outlier{'s' if k > 1 else ''}]"

@@ -164,7 +164,8 @@ def precision_sections(study: StudyRecord, doc: Document, plots: Path) -> Sectio
             parts.append(
                 compare_text(name, st["mem"], "fp32", ref["mem"], "peak memory", fmt=fmt_bytes)
             )
-        text = "; ".join(p for p in parts if p) + "."
+        prefix = f"{name} vs fp32: "
+        text = prefix + "; ".join(p.removeprefix(prefix) for p in parts if p) + "."
         section.findings.append(text)
         doc.paragraph(escape_inline(text))  # names are labels from study.json: text
     na = [
@@ -183,5 +184,10 @@ def _points(name: str, a: Spread, b: Spread, what: str) -> str | None:
     if a.median is None or b.median is None:
         return None
     if differ(a, b):
-        return f"{what} {100 * (a.median - b.median):+.2f} points (n={a.n} and {b.n})"
+        text = f"{what} {100 * (a.median - b.median):+.2f} points (n={a.n} and {b.n}"
+        if a.low == a.high and b.low == b.high:
+            # Every repeat reused the seed and the data order: the runs are deterministic,
+            # so the difference is this seed's, not a spread over seeds.
+            text += "; identical in every repeat, one seed"
+        return text + ")"
     return f"{what}: {no_difference_text(a, b)}"

@@ -87,7 +87,8 @@ def _header(study: StudyRecord, doc: Document) -> None:
         + ". Repeats ran round-robin across configurations, so slow spells of the machine "
         "spread over all of them. A difference is claimed only where two spreads do not "
         "overlap; otherwise the report says there is no measurable difference at that n. "
-        "A repeat more than 3 scaled MADs from its median is flagged as an outlier, and kept."
+        "From 5 repeats on, one more than 3 scaled MADs from its median is flagged as an "
+        "outlier, and kept."
     )
     doc.paragraph(_execution_text(study))
 
