@@ -101,3 +101,33 @@ def test_the_last_record_write_is_not_cut_short_by_a_signal() -> None:
             written.append("summary.json")  # still runs: the signal is held
         pytest.fail("the held signal was not delivered after the block")
     assert written == ["summary.json"]
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_stop_whose_exception_a_finalizer_swallowed_is_raised_at_the_next_step() -> None:
+    """Python drops an exception raised inside ``__del__``: a Ctrl-C (or SIGTERM) landing
+    there would let the run train on. The loop's per-step check raises it again."""
+    import gc
+    import os
+
+    from trainscope.errors import Terminated
+    from trainscope.signals import raise_if_stopped, signals_end_runs
+
+    class SignalsInFinalizer:
+        def __init__(self, sig: int) -> None:
+            self.sig = sig
+
+        def __del__(self) -> None:
+            os.kill(os.getpid(), self.sig)  # the handler runs here, inside the finalizer
+            for _ in range(1000):  # give the interpreter bytecodes to run the handler on
+                pass
+
+    for sig, expected in ((signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, Terminated)):
+        with signals_end_runs():
+            raise_if_stopped()  # nothing asked yet: no-op
+            obj = SignalsInFinalizer(sig)
+            del obj  # the exception is printed as "ignored" and dropped
+            gc.collect()
+            with pytest.raises(expected):
+                raise_if_stopped()
+        raise_if_stopped()  # outside the block the slate is clean

@@ -27,30 +27,58 @@ ENDING_SIGNALS = tuple(
 )
 
 
+# Signals that asked this process to stop, inside signals_end_runs: a process-wide fact,
+# as signals are. raise_if_stopped() reads it at every step.
+_fired: list[int] = []
+
+
 @contextlib.contextmanager
 def signals_end_runs() -> Iterator[None]:
-    """Within this block, SIGTERM/SIGHUP/SIGQUIT raise :class:`Terminated` (once).
+    """Within this block, SIGTERM/SIGHUP/SIGQUIT raise :class:`Terminated` (once), and
+    Ctrl-C raises KeyboardInterrupt (every time, as Python's own handler does).
 
-    The first signal raises; later ones, arriving while the run records its end, are
-    noted and ignored so that the record is completed. Outside the main thread (where
-    Python cannot install handlers) this is a no-op.
+    The first ending signal raises; later ones, arriving while the run records its end,
+    are noted and ignored so that the record is completed. Every signal is also noted for
+    :func:`raise_if_stopped`. Outside the main thread (where Python cannot install
+    handlers) this is a no-op.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    fired: list[int] = []
 
     def handler(signum: int, frame: FrameType | None) -> None:
-        fired.append(signum)
-        if len(fired) == 1:
+        _fired.append(signum)
+        if sum(s != signal.SIGINT for s in _fired) == 1:
             raise Terminated(signum)
 
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        _fired.append(signum)
+        raise KeyboardInterrupt
+
     previous = {s: signal.signal(s, handler) for s in ENDING_SIGNALS}
+    previous[signal.SIGINT] = signal.signal(signal.SIGINT, interrupt)
+    _fired.clear()
     try:
         yield
     finally:
         for s, old in previous.items():
             signal.signal(s, old)
+        _fired.clear()
+
+
+def raise_if_stopped() -> None:
+    """Raise again for a stop signal whose exception was lost.
+
+    Python runs a signal's handler between any two bytecodes of the main thread, and an
+    exception raised while that thread is inside a finalizer (``__del__``) or a garbage
+    collector callback is printed and dropped: the run would train on, to the end. The
+    training loop calls this at every step (a list check), so a stop asked for is a stop.
+    """
+    if _fired:
+        sig = _fired[0]
+        if sig == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise Terminated(sig)
 
 
 def die_with_parent() -> None:

@@ -20,6 +20,7 @@ from trainscope.data.loaders import BatchLoader
 from trainscope.errors import DivergedError
 from trainscope.precision import Precision
 from trainscope.profiling.timer import StageTimer, device_sync
+from trainscope.signals import raise_if_stopped
 from trainscope.strategies.base import Strategy
 from trainscope.workloads.base import LossFn, Workload, move_to
 
@@ -203,6 +204,7 @@ def train_epoch(
     loader_start = time.perf_counter() - t0
     stage_s["data_wait"] += loader_start
     for _ in range(n_steps):
+        raise_if_stopped()  # a Ctrl-C or SIGTERM whose exception a finalizer swallowed
         # Host time at the step's start, on the run's clock: stages, evaluation and
         # system samples of one run then share one axis (the timeline, the trace).
         t_step = round(time.perf_counter() - origin, 6)
