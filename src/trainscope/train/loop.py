@@ -44,6 +44,8 @@ class TrainState:
     """Optimizer steps taken so far (global, across epochs)."""
     epoch: int = 0
     """Epochs completed so far."""
+    epoch_step: int = 0
+    """Steps taken in the epoch under way (0 between epochs): where a resume picks up."""
 
     def state_dict(self) -> dict[str, Any]:
         """Model, optimizer, precision (scaler), counters and RNG states."""
@@ -53,8 +55,26 @@ class TrainState:
             "precision": self.precision.state_dict(),
             "step": self.step,
             "epoch": self.epoch,
-            "rng": {"torch": torch.get_rng_state()},
+            "epoch_step": self.epoch_step,
+            "rng": rng_states(),
         }
+
+
+def rng_states() -> dict[str, Any]:
+    """Every random generator a run draws from: Python's, NumPy's, torch's CPU and CUDA
+    generators (DataLoader workers derive their seeds from torch's, so it covers them)."""
+    import random
+
+    import numpy as np
+
+    states: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
 
 
 def train_step(
@@ -203,12 +223,14 @@ def train_epoch(
     batches = iter(loader)
     loader_start = time.perf_counter() - t0
     stage_s["data_wait"] += loader_start
+    state.epoch_step = 0
     for _ in range(n_steps):
         raise_if_stopped()  # a Ctrl-C or SIGTERM whose exception a finalizer swallowed
         # Host time at the step's start, on the run's clock: stages, evaluation and
         # system samples of one run then share one axis (the timeline, the trace).
         t_step = round(time.perf_counter() - origin, 6)
         loss, batch_size = step_fn(state, batches, timer)
+        state.epoch_step += 1
         pending.append((state.step, batch_size, loss, t_step))
         samples += batch_size
         if len(pending) >= log_every:
@@ -216,7 +238,7 @@ def train_epoch(
     flush(block=True)
     del batches  # shut non-persistent workers down inside the epoch's time
     device_sync(state.device)
-    state.epoch = epoch
+    state.epoch, state.epoch_step = epoch, 0
     t_end = time.perf_counter()
     return EpochResult(
         epoch=epoch,

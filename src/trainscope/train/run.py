@@ -1,4 +1,5 @@
-"""One run, start to finish: check, set up, train, evaluate, and leave a complete run record."""
+"""One run, start to finish: check, claim the run directory, and leave a complete record
+of however it ends; the training itself is :class:`~trainscope.train.trainer.Trainer`."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import os
 import re
 import sys
 import time
-from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -15,55 +15,35 @@ from typing import Any
 import torch
 
 from trainscope import outcomes
-from trainscope.config import MULTIPROCESS_STRATEGIES, RunConfig, TrainConfig
-from trainscope.data.loaders import make_loader
+from trainscope.config import MULTIPROCESS_STRATEGIES, RunConfig
 from trainscope.errors import ConfigError, Terminated, TrainscopeError
 from trainscope.precision import make_precision
-from trainscope.profiling.system import SystemSampler, clock_origin, peak_rss_bytes, process_start
-from trainscope.profiling.timer import ProgressTimer, device_sync, make_stage_timer
-from trainscope.records import STAGES, OwnedDir, RunWriter, atomic_write_json, prepare_run_dir
-from trainscope.records.steady import steady_state
-from trainscope.runtime import describe_environment, resolve_device, seed_everything
+from trainscope.profiling.system import SystemSampler, clock_origin, process_start
+from trainscope.records import OwnedDir, RunWriter, prepare_run_dir
+from trainscope.runtime import describe_environment, resolve_device
 from trainscope.runtime.device import device_name
 from trainscope.runtime.dist import (
     DistInfo,
     destroy_distributed,
-    gather_objects,
     init_distributed,
     rank_device,
     under_torchrun,
 )
 from trainscope.signals import signals_deferred
 from trainscope.strategies import make_strategy
-from trainscope.strategies.base import Strategy
 from trainscope.textsafe import one_line
-from trainscope.tracking import Sinks, make_sinks
+from trainscope.tracking import make_sinks
 from trainscope.train import ranks
 from trainscope.train.console import RunConsole
-from trainscope.train.loop import TrainState, data_step, evaluate, train_epoch, train_step
-from trainscope.workloads import build_workload, check_options
-from trainscope.workloads.base import Workload
-
-FIRST_LOSSES = 5
-NO_VALIDATION = "no validation data: the workload has no validation split (or it is empty)"
-
-
-def _num_samples(dataset: Any) -> int | None:
-    """len(dataset), or None for a split that has no length (or no split)."""
-    try:
-        return len(dataset) if dataset is not None else None
-    except TypeError:
-        return None
-
-
-def _has_samples(dataset: Any) -> bool:
-    """A split to evaluate on: present and not empty (a split without len() counts)."""
-    return dataset is not None and _num_samples(dataset) != 0
-
-
-def cache_dir() -> Path:
-    """Where downloaded data lives: $TRAINSCOPE_CACHE, else ~/.cache/trainscope."""
-    return Path(os.environ.get("TRAINSCOPE_CACHE", Path.home() / ".cache" / "trainscope"))
+from trainscope.train.trainer import (  # noqa: F401 (build_optimizer, compose, ... re-exported)
+    NO_VALIDATION,
+    RunContext,
+    Trainer,
+    build_optimizer,
+    cache_dir,
+    compose,
+)
+from trainscope.workloads import check_options
 
 
 def default_out(cfg: RunConfig) -> Path:
@@ -71,17 +51,6 @@ def default_out(cfg: RunConfig) -> Path:
     name = re.sub(r"[^\w.-]+", "_", cfg.workload.name)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     return Path("runs") / f"{name}-{stamp}"
-
-
-def build_optimizer(cfg: TrainConfig, params: Any) -> torch.optim.Optimizer:
-    """The optimizer a TrainConfig names."""
-    if cfg.optimizer == "sgd":
-        return torch.optim.SGD(
-            params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay
-        )
-    if cfg.optimizer == "adam":
-        return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
 
 
 def run(cfg: RunConfig, console: RunConsole | None = None) -> dict[str, Any]:
@@ -133,24 +102,17 @@ def _run(
     if not info.is_main:
         owned = ranks.rank_dir(run_dir, info)
     assert owned is not None
+    ctx = RunContext(cfg, device, info, t_start, precision, strategy, sinks, console)
     try:
-        return _record(cfg, console, device, info, t_start, precision, strategy, sinks, owned)
+        return _record(ctx, owned)
     finally:
         owned.release()  # the lock goes with the last write, and with the process anyway
 
 
-def _record(
-    cfg: RunConfig,
-    console: RunConsole,
-    device: torch.device,
-    info: DistInfo,
-    t_start: float,
-    precision: Any,
-    strategy: Strategy,
-    sinks: Sinks,
-    owned: OwnedDir,
-) -> dict[str, Any]:
+def _record(ctx: RunContext, owned: OwnedDir) -> dict[str, Any]:
     """The run inside its (locked) directory: every way it ends is written to the record."""
+    cfg, console, device, info = ctx.cfg, ctx.console, ctx.device, ctx.info
+    precision, strategy, sinks = ctx.precision, ctx.strategy, ctx.sinks
     run_dir = owned.path if info.is_main else owned.path.parent.parent
     outcomes.note_run_dir(run_dir)
     writer = RunWriter(owned)
@@ -177,8 +139,8 @@ def _record(
         "strategy": strategy.name,
         "world_size": info.world_size,
         "rank": info.rank,
-        "clock": clock_origin(t_start),
-        "process": process_start(t_start),
+        "clock": clock_origin(ctx.t_start),
+        "process": process_start(ctx.t_start),
     }
     writer.write_summary(summary)  # a killed run leaves "running", never "completed"
     console.start(run_dir, summary)
@@ -191,15 +153,13 @@ def _record(
         cfg.runtime.system_interval_s,
         gpus=device.type == "cuda",
         on_sample=sinks.log_system,
-        origin=t_start,
+        origin=ctx.t_start,
     )
     watchdog = _stall_watchdog(cfg, info, writer, summary, console)
     try:
         with sampler, watchdog:
             progress = getattr(watchdog, "progress", None)  # multi-process runs only
-            _train(
-                cfg, device, precision, strategy, writer, summary, console, t_start, sinks, progress
-            )
+            Trainer(ctx, writer, summary, progress).run()
         summary["system"] = sampler.summary()
         if summary["status"] != "failed":  # unless the stall watchdog has ended the run
             summary["status"] = "completed"
@@ -292,294 +252,3 @@ def describe_failure(e: BaseException) -> str:
         # A collective failed because another rank went away: this rank is not the cause.
         return f"{PEER_LOST_TEXT} ({type(e).__name__}: {text[:300]})"
     return text if isinstance(e, TrainscopeError) else f"{type(e).__name__}: {text}"
-
-
-def compose(model: torch.nn.Module, strategy: Strategy, device: torch.device) -> torch.nn.Module:
-    """The model as trained: moved to the device, then wrapped by the strategy.
-
-    The order is fixed because each step needs the one before: precision conversion of
-    parameters (none yet: every precision here is autocast over fp32 weights), activation
-    checkpointing and compilation (not offered yet) act on the plain module, and strategy
-    wrapping (DDP, FSDP sharding) comes last, around the finished module. The optimizer is
-    built afterwards, from the wrapped model's parameters (FSDP replaces them by shards).
-    """
-    return strategy.wrap(model.to(device))
-
-
-def _train(
-    cfg: RunConfig,
-    device: torch.device,
-    precision: Any,
-    strategy: Strategy,
-    writer: RunWriter,
-    summary: dict[str, Any],
-    console: RunConsole,
-    t_start: float,
-    sinks: Sinks,
-    progress: Any = None,
-) -> None:
-    """The body of a run; fills ``summary`` as results come in."""
-    stages = dict.fromkeys(STAGES, 0.0)
-    info = strategy.info
-
-    # --- setup: data and model -------------------------------------------------------
-    seed_everything(cfg.train.seed)
-    workload = build_workload(cfg.workload, cache_dir())
-    n_params = sum(p.numel() for p in workload.model.parameters())
-    model = compose(workload.model, strategy, device)
-    lr = cfg.train.lr * (info.world_size if cfg.dist.scale_lr else 1)
-    state = TrainState(
-        model=model,
-        optimizer=build_optimizer(replace(cfg.train, lr=lr), model.parameters()),
-        precision=precision,
-        loss_fn=workload.loss_fn,
-        device=device,
-        strategy=strategy,
-        progress=progress,
-    )
-    workers = cfg.data.num_workers
-    if cfg.data.loader == "torch" and workers == "auto":
-        from trainscope.data.autotune import choose_num_workers
-
-        auto = choose_num_workers(
-            workload.train_set,
-            cfg.data,
-            device,
-            workload=cfg.workload.name,
-            cache_dir=cache_dir(),
-            log=console.note,
-        )
-        workers = auto.chosen
-        summary["num_workers_auto"] = auto.to_dict()
-        writer.log("num_workers_auto", **auto.to_dict())
-    elif workers == "auto":
-        workers = 0  # the fast path has no workers to choose
-    summary["num_workers"] = workers
-    loader_args = {"device": device, "num_workers": workers, "collate_fn": workload.collate_fn}
-    local_batch = strategy.local_batch_size(cfg.data.batch_size)
-    n_train = _num_samples(workload.train_set)
-    if n_train and cfg.data.batch_size > n_train and not cfg.data.drop_last:
-        # As in PyTorch: the whole training set is one (short) batch per epoch; say so.
-        note = f"batch size {cfg.data.batch_size} > {n_train} training samples: one batch per epoch"
-        summary["notes"] = [*summary.get("notes", []), note]
-        console.note(note)
-    shard = {"rank": info.rank, "world_size": info.world_size}
-    train_loader = make_loader(
-        workload.train_set, cfg.data, train=True, batch_size=local_batch, **shard, **loader_args
-    )
-    # Data-only runs measure the input pipeline alone: no validation, no test. Every rank
-    # evaluates the whole split (the same figures everywhere; FSDP needs all ranks anyway).
-    val_loader = (
-        make_loader(workload.val_set, cfg.data, train=False, **loader_args)
-        if _has_samples(workload.val_set) and not cfg.train.data_only
-        else None
-    )
-    if val_loader is None and not cfg.train.data_only:
-        # Never a loss of 0 / accuracy of 0 from an empty split: say there is none.
-        summary["notes"] = [*summary.get("notes", []), NO_VALIDATION]
-        console.note(NO_VALIDATION)
-    timer = make_stage_timer(device, cfg.runtime.timing)
-    if progress is not None:
-        timer = ProgressTimer(timer, progress)
-    summary.update(
-        model=type(workload.model).__name__,
-        num_parameters=n_params,
-        workload_description=workload.description,
-        workload_info=workload.info,
-        timing_mode=timer.kind,
-        train_samples=len(workload.train_set),
-        local_batch_size=local_batch,
-        lr=lr,
-        parallel=strategy.describe(),
-    )
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-    stages["setup"] = time.perf_counter() - t_start
-    writer.log(
-        "setup", seconds=stages["setup"], **{k: summary[k] for k in ("model", "num_parameters")}
-    )
-
-    # --- training epochs, each followed by validation ----------------------------------
-    first_losses: list[float] = []
-    epochs: list[dict[str, Any]] = []
-    samples = steps = 0
-    train_time = 0.0
-    reduce_losses = ranks.make_loss_reducer(info)
-
-    step_records: list[dict[str, Any]] = []  # kept for the steady-state figures
-
-    def on_steps(records: list[dict[str, Any]]) -> None:
-        step_records.extend({"batch_size": r["batch_size"], "stages": r["stages"]} for r in records)
-        for r in records:
-            writer.log("step", **r)
-            if len(first_losses) < FIRST_LOSSES and r["loss"] is not None:
-                first_losses.append(r["loss"])
-        writer.flush()
-        sinks.log_steps(records)
-        console.steps(records)
-
-    for e in range(cfg.train.epochs):
-        n_steps = len(train_loader)
-        if cfg.train.max_steps_per_epoch:
-            n_steps = min(n_steps, cfg.train.max_steps_per_epoch)
-        console.epoch_start(e + 1, cfg.train.epochs, n_steps)
-        res = train_epoch(
-            state,
-            train_loader,
-            timer,
-            max_steps=cfg.train.max_steps_per_epoch,
-            log_every=cfg.train.log_every,
-            on_steps=on_steps,
-            step_fn=data_step if cfg.train.data_only else train_step,
-            reduce_losses=reduce_losses,
-            origin=t_start,
-        )
-        for k, v in res.stage_s.items():
-            stages[k] += v
-        samples += res.samples
-        steps += res.steps
-        train_time += res.duration_s
-        row: dict[str, Any] = {
-            "epoch": res.epoch,
-            "train_loss": res.mean_loss,
-            "val_loss": None,
-            "val_accuracy": None,
-            "duration_s": res.duration_s,
-            "samples_per_s": res.samples * _throughput_scale(strategy) / res.duration_s
-            if res.duration_s > 0
-            else None,
-            "loader_start_s": res.loader_start_s,
-            "t_start": res.t_start,
-            "t_end": res.t_end,
-        }
-        last = e + 1 == cfg.train.epochs
-        if val_loader is not None and ((e + 1) % cfg.train.eval_every == 0 or last):
-            t0 = time.perf_counter()
-            val = evaluate(state, workload, val_loader)
-            device_sync(device)
-            stages["evaluation"] += time.perf_counter() - t0
-            row.update(val_t=t0 - t_start, val_s=time.perf_counter() - t0)
-            row.update(val_loss=val["loss"], val_accuracy=val.get("accuracy"))
-            row.update({k: v for k, v in val.items() if k in ("perplexity",)})
-        epochs.append(row)
-        writer.log("epoch", **row)
-        writer.flush()
-        sinks.log_epoch(row)
-        console.epoch_end(row)
-
-    # --- final test evaluation -------------------------------------------------------
-    test = None
-    if _has_samples(workload.test_set) and not cfg.train.data_only:
-        t0 = time.perf_counter()
-        test_loader = make_loader(workload.test_set, cfg.data, train=False, **loader_args)
-        test = evaluate(state, workload, test_loader)
-        device_sync(device)
-        stages["evaluation"] += time.perf_counter() - t0
-        writer.log("test", t=t0 - t_start, seconds=time.perf_counter() - t0, **test)
-
-    device_sync(device)
-    if not strategy.comm_stage:
-        stages.pop("comm")  # no separate communication stage: it is inside backward
-    # wall_time_s: from the run's start (after interpreter start-up and imports) to the end
-    # of its last evaluation; the stages partition it. Saving weights and writing the
-    # summary come after it (see "after_wall_s"); the process time adds the start-up.
-    wall = time.perf_counter() - t_start
-    stages["other"] = wall - sum(v for k, v in stages.items() if k != "other")
-    summary.update(
-        wall_time_s=wall,
-        train_time_s=train_time,
-        stages_s=stages,
-        steps=steps,
-        samples=samples,
-        samples_per_s=samples * _throughput_scale(strategy) / train_time
-        if train_time > 0
-        else None,
-        epochs=epochs,
-        first_losses=first_losses,
-        skipped_steps=precision.skipped_steps,
-        test_loss=test["loss"] if test else None,
-        test_accuracy=test.get("accuracy") if test else None,
-        per_class_accuracy=(
-            dict(zip(workload.class_names, test["per_class_accuracy"]))
-            if test and test.get("per_class_accuracy")
-            else None
-        ),
-        peak_rss_bytes=peak_rss_bytes(),
-        comm=strategy.comm_stats() or None,
-        steady_state=steady_state(
-            step_records, cfg.runtime.timing_warmup_steps, scale=_throughput_scale(strategy)
-        ),
-    )
-    summary["process"]["time_s"] = summary["process"]["startup_s"] + wall
-    if device.type == "cuda":
-        summary["peak_memory_bytes"] = torch.cuda.max_memory_allocated(device)
-        summary["peak_memory_kind"] = "cuda_max_allocated"
-    else:
-        summary["peak_memory_bytes"] = summary["peak_rss_bytes"]
-        summary["peak_memory_kind"] = "process_peak_rss"
-    _throughput_figures(summary, workload, device, cfg.runtime.precision, info.world_size)
-    _gather_ranks(summary, info)
-    if cfg.train.save_weights and not cfg.train.data_only:
-        t0 = time.perf_counter()
-        _save(writer, state, strategy, workload, summary)
-        summary["after_wall_s"] = {"save_weights": time.perf_counter() - t0}
-
-
-def _throughput_scale(strategy: Strategy) -> int:
-    """Ranks step in lockstep, each on its share: global throughput is world x this rank's."""
-    return strategy.info.world_size if strategy.splits_batch_across_ranks else 1
-
-
-def _throughput_figures(
-    summary: dict[str, Any], workload: Workload, device: torch.device, precision: str, world: int
-) -> None:
-    """tokens/s and model FLOPs utilisation, where the workload states its sizes."""
-    rate = summary.get("samples_per_s")
-    if rate and workload.tokens_per_sample:
-        summary["tokens_per_s"] = rate * workload.tokens_per_sample
-    if not workload.flops_per_sample:
-        summary["mfu_note"] = "the workload states no FLOPs per sample"
-        return
-    summary["flops_per_sample"] = workload.flops_per_sample
-    from trainscope.profiling.peak import ENV_VAR, mfu, peak_flops
-
-    peak = peak_flops(device, precision)
-    summary["peak_flops_per_device"] = peak
-    # Every rank's device contributes its peak: MFU is achieved / (peak x devices).
-    summary["mfu"] = mfu(workload.flops_per_sample, rate, peak * world) if rate and peak else None
-    if peak is None:
-        summary["mfu_note"] = (
-            f"no known peak FLOP/s for {device.type} at {precision}; set {ENV_VAR} to give one"
-        )
-
-
-def _gather_ranks(summary: dict[str, Any], info: DistInfo) -> None:
-    """Rank 0's summary gets every rank's figures and the spread of each stage."""
-    if info.world_size == 1:
-        return
-    import socket
-
-    every = gather_objects(ranks.rank_summary(info, summary, socket.gethostname()), info)
-    summary["ranks"] = every
-    summary["stage_spread"] = ranks.stage_spread(every)
-    peaks = [r["peak_memory_bytes"] for r in every if r.get("peak_memory_bytes") is not None]
-    summary["peak_memory_bytes_max_rank"] = max(peaks) if peaks else None
-
-
-def _save(
-    writer: RunWriter, state: TrainState, strategy: Strategy, workload: Workload, summary: dict
-) -> None:
-    """model.safetensors (+ the workload's artifacts as JSON), written by rank 0.
-
-    Every rank calls this: gathering FSDP's shards into full tensors is a collective.
-    """
-    full = strategy.full_state_dict(state.model)
-    if not strategy.info.is_main:
-        return
-    skip = ranks.tied_duplicates(strategy.unwrap(state.model))
-    path = writer.run_dir / "model.safetensors"
-    summary["weights"] = {"file": path.name, "bytes": ranks.save_weights(path, full, skip)}
-    artifacts = {f"{name}.json": obj for name, obj in workload.artifacts.items()}
-    writer.record(*artifacts)  # listed first: what --overwrite may remove later
-    for file, obj in artifacts.items():
-        atomic_write_json(writer.run_dir / file, obj)
