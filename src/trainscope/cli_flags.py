@@ -166,6 +166,18 @@ RUN_FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
             "help": "also log to wandb and/or tensorboard (comma-separated; default none)",
         },
     ),
+    "--checkpoint-every": (
+        "train.checkpoint_every",
+        {"type": int, "metavar": "N", "help": "write a checkpoint every N steps (default off)"},
+    ),
+    "--checkpoint-every-epoch": (
+        "train.checkpoint_every_epoch",
+        {"action": "store_true", "help": "write a checkpoint at the end of every epoch"},
+    ),
+    "--keep-checkpoints": (
+        "train.keep_checkpoints",
+        {"type": int, "metavar": "K", "help": "complete checkpoints kept (default 2)"},
+    ),
     "--save-weights": (
         "train.save_weights",
         {"action": argparse.BooleanOptionalAction, "help": "write model.safetensors (default on)"},

@@ -242,9 +242,22 @@ class TrainConfig:
     evaluation. Measures the input pipeline alone."""
     save_weights: bool = True
     """Save the trained weights as RUN_DIR/model.safetensors."""
+    checkpoint_every: int = 0
+    """Write a checkpoint every N optimizer steps into RUN_DIR/checkpoints/step-N (0: not by
+    steps)."""
+    checkpoint_every_epoch: bool = False
+    """Write a checkpoint at the end of every epoch (after its validation)."""
+    keep_checkpoints: int = 2
+    """Complete checkpoints kept; older ones are removed as newer ones are written."""
 
     def __post_init__(self) -> None:
         _positive("epochs", self.epochs)
+        if isinstance(self.checkpoint_every, bool) or not isinstance(self.checkpoint_every, int):
+            raise ConfigError(
+                f"checkpoint_every must be a whole number, got {self.checkpoint_every!r}"
+            )
+        _number("checkpoint_every", self.checkpoint_every, low=0, high=10**12)
+        _positive("keep_checkpoints", self.keep_checkpoints)
         if self.max_steps_per_epoch is not None:
             _positive("max_steps_per_epoch", self.max_steps_per_epoch)
         if self.optimizer not in OPTIMIZERS:
@@ -401,6 +414,14 @@ class RunConfig:
     """Run directory; None makes runs/<workload>-<timestamp>."""
     overwrite: bool = False
     """Replace the run files in an existing non-empty --out."""
+
+    def __post_init__(self) -> None:
+        checkpoints = self.train.checkpoint_every or self.train.checkpoint_every_epoch
+        if checkpoints and self.dist.strategy == "fsdp":
+            # Each rank must write its own shard; until it does, say so instead of gathering.
+            raise ConfigError(
+                "checkpoints of fsdp runs are not written yet; use ddp, or no checkpoints"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-data form (what config.yaml holds)."""

@@ -21,7 +21,7 @@ from trainscope.reports.tables import (
 )
 
 # Stages of a one-process run: "comm" exists only with hand-written gradient sync.
-STAGES = tuple(s for s in ALL_STAGES if s != "comm")
+STAGES = tuple(s for s in ALL_STAGES if s not in ("comm", "checkpoint"))
 
 SUMMARY = {
     "status": "completed",

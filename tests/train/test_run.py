@@ -21,7 +21,7 @@ from trainscope.reports.run_report import build_run_report
 from trainscope.train.run import run
 
 # Stages of a one-process run: "comm" exists only with hand-written gradient sync.
-STAGES = tuple(s for s in ALL_STAGES if s != "comm")
+STAGES = tuple(s for s in ALL_STAGES if s not in ("comm", "checkpoint"))
 
 SUMMARY_KEYS = {
     "status", "workload", "wall_time_s", "stages_s", "samples_per_s", "test_accuracy",

@@ -38,6 +38,7 @@ STAGES = (
     "backward",
     "comm",
     "optimizer",
+    "checkpoint",
     "evaluation",
     "other",
 )
@@ -49,6 +50,7 @@ STAGE_LABELS = {
     "backward": "loss + backward",
     "comm": "gradient sync (comm)",
     "optimizer": "optimizer step",
+    "checkpoint": "checkpoint writes",
     "evaluation": "evaluation (val + test)",
     "other": "other",
 }

@@ -159,6 +159,7 @@ def train_epoch(
     step_fn: StepFn = train_step,
     reduce_losses: Callable[[torch.Tensor], torch.Tensor] | None = None,
     origin: float = 0.0,
+    after_step: Callable[[TrainState], None] | None = None,
 ) -> EpochResult:
     """Train one epoch; every ``log_every`` steps hand the resolved step records to ``on_steps``.
 
@@ -235,6 +236,8 @@ def train_epoch(
         samples += batch_size
         if len(pending) >= log_every:
             flush(block=True)
+        if after_step is not None:  # e.g. a checkpoint: outside the step, timed by the caller
+            after_step(state)
     flush(block=True)
     del batches  # shut non-persistent workers down inside the epoch's time
     device_sync(state.device)

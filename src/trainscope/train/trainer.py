@@ -119,6 +119,8 @@ class Trainer:
             if self.val_loader is not None and ((e + 1) % self.cfg.train.eval_every == 0 or last):
                 self.validate(row)
             self.end_epoch(row)
+            if self.cfg.train.checkpoint_every_epoch:
+                self.checkpoint()
         self.test()
         self.finish()
 
@@ -255,6 +257,7 @@ class Trainer:
             step_fn=data_step if cfg.train.data_only else train_step,
             reduce_losses=self.reduce_losses,
             origin=self.ctx.t_start,
+            after_step=self._after_step if cfg.train.checkpoint_every else None,
         )
         for k, v in res.stage_s.items():
             self.stages[k] += v
@@ -292,6 +295,39 @@ class Trainer:
         self.ctx.sinks.log_epoch(row)
         self.ctx.console.epoch_end(row)
 
+    # --- checkpoints -----------------------------------------------------------------
+
+    def _after_step(self, state: TrainState) -> None:
+        if state.step % self.cfg.train.checkpoint_every == 0:
+            self.checkpoint()
+
+    def checkpoint(self) -> None:
+        """Write the TrainState as ``checkpoints/step-N`` (its files recorded as ours
+        first), keep the newest ``keep_checkpoints``; the time is the checkpoint stage."""
+        from trainscope.train.checkpoint import (
+            CHECKPOINT_FILES,
+            TMP_PREFIX,
+            prune,
+            write_checkpoint,
+        )
+
+        t0 = time.perf_counter()
+        step = self.state.step
+        folders = [f"checkpoints/step-{step}", f"checkpoints/{TMP_PREFIX}step-{step}"]
+        self.writer.record(
+            *(f"{d}/{name}" for d in folders for name in CHECKPOINT_FILES),
+            dirs=["checkpoints", *folders],
+        )
+        root = self.writer.run_dir / "checkpoints"
+        ckpt = write_checkpoint(root, self.state.state_dict())
+        prune(root, self.cfg.train.keep_checkpoints)
+        seconds = time.perf_counter() - t0
+        self.stages["checkpoint"] += seconds
+        self.writer.log(
+            "checkpoint", step=step, path=str(ckpt.path.relative_to(self.writer.run_dir)),
+            t=t0 - self.ctx.t_start, seconds=seconds,
+        )  # fmt: skip
+
     # --- the end ---------------------------------------------------------------------
 
     def test(self) -> None:
@@ -319,6 +355,8 @@ class Trainer:
         device_sync(ctx.device)
         if not ctx.strategy.comm_stage:
             stages.pop("comm")  # no separate communication stage: it is inside backward
+        if not (cfg.train.checkpoint_every or cfg.train.checkpoint_every_epoch):
+            stages.pop("checkpoint")  # none asked for: the record is as it always was
         # wall_time_s: from the run's start (after interpreter start-up and imports) to the
         # end of its last evaluation; the stages partition it. Saving weights and writing the
         # summary come after it (see "after_wall_s"); the process time adds the start-up.
