@@ -12,23 +12,15 @@ from typing import Any
 
 from trainscope.records.run_dir import RunRecord
 from trainscope.reports.tables import MISSING
-from trainscope.spread import Spread, differ, no_difference_text
+from trainscope.spread import Spread, differ, finite, no_difference_text
 
 TRAIN_STAGES = ("data_wait", "h2d", "forward", "backward", "comm", "optimizer")
 COMPUTE_STAGES = ("h2d", "forward", "backward", "optimizer")
 
 
-def _finite(values: Iterable[Any]) -> list[float]:
-    return [
-        float(v)
-        for v in values
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-    ]
-
-
 def mean_std(values: Iterable[Any]) -> tuple[float | None, float | None, int]:
     """(mean, sample standard deviation, n) of the finite numbers; std is 0 for one value."""
-    xs = _finite(values)
+    xs = finite(values)
     if not xs:
         return None, None, 0
     m = sum(xs) / len(xs)
