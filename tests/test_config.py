@@ -285,7 +285,7 @@ def _non_default_config() -> RunConfig:
 
 def test_to_dict_is_plain_data() -> None:
     d = _non_default_config().to_dict()
-    assert set(d) == {"workload", "data", "train", "runtime", "dist", "out", "overwrite"}
+    assert set(d) == {"workload", "data", "train", "runtime", "dist", "out", "overwrite", "resume"}
     assert d["workload"]["synthetic_shape"] == [3, 16, 24]  # a list: YAML-friendly
     assert d["data"]["batch_size"] == 7 and d["runtime"]["precision"] == "bf16"
     # safe_dump only accepts plain types; it would raise on a tuple or a dataclass.

@@ -12,6 +12,7 @@ import re
 import sys
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 import yaml
@@ -45,6 +46,12 @@ def build_parser() -> argparse.ArgumentParser:
         "CPU) and write its run directory. Flags override --config.",
     )
     _add_run_flags(p_run)
+    p_run.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        help="continue RUN_DIR in place from its last complete checkpoint (its config.yaml, "
+        "with --epochs to train longer)",
+    )
     p_run.add_argument("--no-progress", action="store_true", help="no progress bars")
     p_run.add_argument("--quiet", "-q", action="store_true", help="print errors only")
 
@@ -215,8 +222,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     from trainscope.config import resolve
 
     overrides = overrides_from_args(args)
-    cfg = resolve(args.config, overrides)  # validated before any import of torch
-    _deletion_from_command_line(cfg, overrides, args.config)
+    config = args.config
+    if args.resume is not None:
+        config = _resume_config(args.resume, overrides, config)
+    cfg = resolve(config, overrides)  # validated before any import of torch
+    _deletion_from_command_line(cfg, overrides, config)
     if args.no_progress:
         cfg.runtime.progress = False
     from trainscope.launch import launch, needs_launch
@@ -235,9 +245,26 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0 if summary["status"] == "completed" else 1
 
 
+def _resume_config(run_dir: str, overrides: dict[str, Any], config: str | None) -> str:
+    """``run --resume RUN_DIR``: the run's own config.yaml (or --config), continued in
+    RUN_DIR; the flags given with it are checked against the checkpoint when it loads."""
+    if "out" in overrides and Path(overrides["out"]) != Path(run_dir):
+        raise ConfigError("--resume continues RUN_DIR in place: leave out --out")
+    saved = Path(run_dir) / "config.yaml"
+    if config is None and not saved.is_file():
+        raise ConfigError(f"--resume {run_dir}: not a run directory (no config.yaml there)")
+    overrides.update(out=run_dir, resume=True)
+    return config or str(saved)
+
+
 def _deletion_from_command_line(cfg: Any, overrides: dict[str, Any], config: str | None) -> None:
     """Only the command line may make a run replace files: a config file (perhaps one
     someone shared) can name where to write, never switch on deleting there."""
+    if cfg.resume and not overrides.get("resume"):
+        raise ConfigError(
+            f"the config file {config} sets resume: true; only --resume RUN_DIR on the "
+            "command line continues a run directory"
+        )
     if cfg.overwrite and not overrides.get("overwrite"):
         raise ConfigError(
             f"the config file {config} sets overwrite: true; only the --overwrite flag on "
@@ -330,7 +357,7 @@ def cmd_study(args: argparse.Namespace) -> int:
         nproc = overrides.pop("dist.nproc", 2)
         overrides.pop("dist.strategy", None)
     cfg = resolve(args.config, overrides)
-    base = {**cfg.to_dict(), "out": None, "overwrite": False}
+    base = {**cfg.to_dict(), "out": None, "overwrite": False, "resume": False}
     options: dict[str, Any] = {
         "repeats": _positive_arg("repeats", args.repeats),
         "warmup": args.warmup,

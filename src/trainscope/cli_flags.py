@@ -215,6 +215,15 @@ RUN_FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
             "the ranks behind (default 60)",
         },
     ),
+    "--max-restarts": (
+        "dist.max_restarts",
+        {
+            "type": int,
+            "metavar": "K",
+            "help": "torchrun restarts every rank up to K times after one fails; they resume "
+            "from the last checkpoint (default 0)",
+        },
+    ),
     "--timeout": (
         "dist.timeout_s",
         {"type": float, "metavar": "S", "help": "collective timeout in seconds (default 300)"},

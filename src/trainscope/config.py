@@ -348,6 +348,9 @@ class DistConfig:
     stall_timeout_s: float = 60.0
     """Seconds without progress on any rank after which a multi-process run stops, naming
     the rank(s) behind and the step each reached (instead of waiting for timeout_s)."""
+    max_restarts: int = 0
+    """Times torchrun restarts every rank after one fails; the restarted ranks resume from
+    the run's last complete checkpoint (from the start without one)."""
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
@@ -386,6 +389,8 @@ class DistConfig:
                 "or rdzv_endpoint"
             )
         _number("timeout_s", self.timeout_s, low=0.0, low_open=True, high=MAX_DIST_TIMEOUT_S)
+        _integer("max_restarts", self.max_restarts)
+        _number("max_restarts", self.max_restarts, low=0, high=1000)
         _number(
             "stall_timeout_s",
             self.stall_timeout_s,
@@ -414,14 +419,12 @@ class RunConfig:
     """Run directory; None makes runs/<workload>-<timestamp>."""
     overwrite: bool = False
     """Replace the run files in an existing non-empty --out."""
+    resume: bool = False
+    """Continue the run in ``out`` from its last complete checkpoint (``run --resume``)."""
 
     def __post_init__(self) -> None:
-        checkpoints = self.train.checkpoint_every or self.train.checkpoint_every_epoch
-        if checkpoints and self.dist.strategy == "fsdp":
-            # Each rank must write its own shard; until it does, say so instead of gathering.
-            raise ConfigError(
-                "checkpoints of fsdp runs are not written yet; use ddp, or no checkpoints"
-            )
+        if self.resume and self.overwrite:
+            raise ConfigError("--resume continues a run in place; it cannot --overwrite it")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-data form (what config.yaml holds)."""
@@ -530,7 +533,7 @@ def from_dict(data: dict[str, Any] | None) -> RunConfig:
                 raise ConfigError(f"config section {key!r} must be a mapping")
             _check_types(SECTIONS[key], value, key)
             kwargs[key] = SECTIONS[key](**value)
-        elif key in ("out", "overwrite"):
+        elif key in ("out", "overwrite", "resume"):
             _check_types(RunConfig, {key: value}, "config")
             kwargs[key] = value
         else:

@@ -101,6 +101,10 @@ def torchrun_argv(cfg: RunConfig, config_file: Path, extra: list[str]) -> list[s
         # Static rendezvous: node 0 hosts the store at master_addr:master_port.
         argv += [f"--nnodes={d.nnodes}", f"--node-rank={d.node_rank}"]
         argv += [f"--master-addr={d.master_addr}", f"--master-port={d.master_port}"]
+    if d.max_restarts:
+        # torchrun stops every worker when one fails and starts them all again; they find
+        # their run directory and resume from its last checkpoint (train.run).
+        argv += [f"--max-restarts={d.max_restarts}"]
     # --no-python: each worker is the interpreter started exactly as worker_argv says,
     # not ``python -m`` (which would put the current directory first on sys.path).
     argv += ["--no-python", "--", *worker_argv(config_file, extra)]
@@ -136,9 +140,12 @@ def launch(
         # Where to write and whether to replace it go on the workers' command line, as the
         # user gave them: a config file never switches deletion on (see cli.py).
         path.write_text(
-            yaml.safe_dump({**cfg.to_dict(), "out": None, "overwrite": False}, sort_keys=False)
+            yaml.safe_dump(
+                {**cfg.to_dict(), "out": None, "overwrite": False, "resume": False}, sort_keys=False
+            )
         )
-        extra = [*(["--out", cfg.out] if cfg.out else []), *(["--overwrite"] * cfg.overwrite)]
+        where = ["--resume", cfg.out] if cfg.resume else ["--out", cfg.out] if cfg.out else []
+        extra = [*where, *(["--overwrite"] * cfg.overwrite)]
         extra += list(extra_args or [])
         argv = torchrun_argv(cfg, path, extra) if torchrun else worker_argv(path, extra)
         # torchrun sets OMP_NUM_THREADS=1 in each worker unless it is already set: N

@@ -41,8 +41,12 @@ class Precision:
         optimizer.step()
 
     def state_dict(self) -> dict:
-        """State a resumed run needs (the GradScaler's, for fp16)."""
-        return {}
+        """State a resumed run needs (the GradScaler's, for fp16): plain JSON data."""
+        return {"skipped_steps": self.skipped_steps}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Put back what :meth:`state_dict` returned."""
+        self.skipped_steps = int(state.get("skipped_steps", 0))
 
     def close(self) -> None:
         """Undo any global switch this precision turned on."""
@@ -120,7 +124,12 @@ class FP16(Precision):
             self.skipped_steps += 1
 
     def state_dict(self) -> dict:
-        return {"scaler": self.scaler.state_dict()}
+        return {**super().state_dict(), "scaler": self.scaler.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        if state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
 
 
 _PRECISIONS: dict[str, type[Precision]] = {

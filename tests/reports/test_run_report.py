@@ -44,7 +44,7 @@ def test_completed_report_writes_all_files(completed: Path) -> None:
     assert "![Training loss per step](plots/loss.png)" in md
     assert "First losses: 2.3000, 2.2900, 2.2700, 2.2100, 2.1500" in md
     assert "Run failed" not in md
-    assert list(report.tables) == ["overview", "stages", "epochs", "per_class"]
+    assert list(report.tables) == ["overview", "attempts", "stages", "epochs", "per_class"]
 
 
 def test_markdown_stage_table_has_every_stage_and_adds_up(completed: Path) -> None:

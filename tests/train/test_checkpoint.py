@@ -232,8 +232,11 @@ def test_checkpoint_options_are_checked() -> None:
     from trainscope.config import from_dict
     from trainscope.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="fsdp runs are not written yet"):
-        from_dict({"dist": {"strategy": "fsdp", "nproc": 2}, "train": {"checkpoint_every": 5}})
+    from_dict({"dist": {"strategy": "fsdp", "nproc": 2}, "train": {"checkpoint_every": 5}})
+    with pytest.raises(ConfigError, match="resume"):
+        from_dict({"out": "r", "resume": True, "overwrite": True})
+    with pytest.raises(ConfigError, match="max_restarts"):
+        from_dict({"dist": {"max_restarts": -1}})
     with pytest.raises(ConfigError, match="checkpoint_every"):
         from_dict({"train": {"checkpoint_every": -1}})
     with pytest.raises(ConfigError, match="keep_checkpoints"):
@@ -248,3 +251,35 @@ def test_a_checkpoint_at_every_epoch_end_from_the_command_line(tmp_path: Path) -
     assert main([*argv, "--out", str(out), "-q", "--no-progress"]) == 0
     assert [c.step for c in complete_checkpoints(out / "checkpoints")] == [80, 40]
     assert load_checkpoint(complete_checkpoints(out / "checkpoints")[1])["epoch"] == 1
+
+
+def test_resume_may_change_only_what_leaves_the_numbers_alone() -> None:
+    from trainscope.config import RunConfig
+    from trainscope.train.resume import MAY_CHANGE, config_differences
+
+    base = RunConfig().to_dict()
+    longer = {**base, "train": {**base["train"], "epochs": 99, "log_every": 3}}
+    assert config_differences(base, longer) == []
+    wider = {**base, "data": {**base["data"], "batch_size": 64, "num_workers": 2}}
+    assert config_differences(base, wider) == ["data.batch_size: 32 then, 64 now"]
+    assert "train.lr" not in MAY_CHANGE and "runtime.precision" not in MAY_CHANGE
+
+
+def test_how_an_attempt_ended_is_read_from_every_rank() -> None:
+    from trainscope.train.resume import how_it_ended
+
+    assert how_it_ended([{"status": "completed"}]) == "completed"
+    assert how_it_ended([{"status": "failed", "error": "boom"}]) == "failed: boom"
+    text = how_it_ended([{"status": "failed", "error": "lost"}, {"status": "running"}])
+    assert text == "failed: lost; rank(s) 1 ended without a record"
+    assert how_it_ended([None]).startswith("ended without finishing its record")
+
+
+def test_precision_state_comes_back() -> None:
+    from trainscope.precision import make_precision
+
+    p = make_precision("fp32", torch.device("cpu"))
+    p.skipped_steps = 3
+    q = make_precision("fp32", torch.device("cpu"))
+    q.load_state_dict(p.state_dict())
+    assert q.skipped_steps == 3

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import torch
 from torch.utils.data import Dataset, TensorDataset
 
+from trainscope.data.seeds import mix_seed
+
 # transform(raw batch on the device, generator on the device) -> model-ready batch
 BatchTransform = Callable[[torch.Tensor, "torch.Generator | None"], torch.Tensor]
 
@@ -45,8 +47,11 @@ class FastLoader:
     """Iterates (inputs, targets) batches of an in-memory split held on ``device``.
 
     The same contract as the DataLoader it replaces: ``len()`` is the number of batches,
-    each ``iter()`` is one epoch, training order is a fresh permutation per epoch drawn
-    from a generator seeded once (reproducible for a given ``seed``).
+    each ``iter()`` is one epoch. Training order is a permutation per epoch seeded from
+    (``seed``, epoch) and each batch's augmentation from (``seed``, rank, epoch, batch), so
+    ``set_epoch`` and ``skip`` (see :class:`~trainscope.data.loaders.BatchLoader`) give
+    any epoch's batches from any point; without ``set_epoch`` each ``iter()`` is the next
+    epoch.
     """
 
     def __init__(
@@ -69,12 +74,23 @@ class FastLoader:
         self.device = device
         self.shuffle = shuffle
         self.drop_last = drop_last
-        # The permutation and the augmentation draw from generators on the device itself.
-        self._order_gen = torch.Generator(device=device).manual_seed(seed)
-        self._aug_gen = torch.Generator(device=device).manual_seed(seed + 1 + rank)
+        # The permutation and the augmentation draw from generators on the device itself,
+        # seeded afresh from the position (data.seeds) for every epoch and batch.
+        self.seed = seed
+        self._gen = torch.Generator(device=device)
+        self.epoch = 0
+        self._skip = 0
         # Several ranks: each draws the same permutation (same seed) and takes every
         # world_size-th entry, padded like DistributedSampler so all ranks step alike.
         self.rank, self.world_size = rank, world_size
+
+    def set_epoch(self, epoch: int) -> None:
+        """The order and augmentation of ``epoch``."""
+        self.epoch = epoch
+
+    def skip(self, batches: int) -> None:
+        """The next ``iter()`` starts at batch ``batches`` of the epoch."""
+        self._skip = batches
 
     def _count(self) -> int:
         """Samples this rank iterates per epoch."""
@@ -86,17 +102,18 @@ class FastLoader:
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        epoch, skip = self.epoch, self._skip
+        self.epoch, self._skip = epoch + 1, 0  # the next iter(): the next epoch, from its start
         n = len(self.targets)
-        order = (
-            torch.randperm(n, generator=self._order_gen, device=self.device)
-            if self.shuffle
-            else None
-        )
+        order = None
+        if self.shuffle:
+            self._gen.manual_seed(mix_seed(self.seed, epoch))
+            order = torch.randperm(n, generator=self._gen, device=self.device)
         if order is not None and self.world_size > 1:
             total = self._count() * self.world_size
             order = torch.cat([order, order[: total - n]])[self.rank :: self.world_size]
             n = len(order)
-        for b in range(len(self)):
+        for b in range(skip, len(self)):
             lo, hi = b * self.batch_size, min((b + 1) * self.batch_size, n)
             if order is None:  # evaluation: contiguous slices, no copy at all
                 x, y = self.inputs[lo:hi], self.targets[lo:hi]
@@ -104,5 +121,8 @@ class FastLoader:
                 idx = order[lo:hi]
                 x, y = self.inputs.index_select(0, idx), self.targets.index_select(0, idx)
             if self.transform is not None:
-                x = self.transform(x, self._aug_gen if self.shuffle else None)
+                gen = None
+                if self.shuffle:
+                    gen = self._gen.manual_seed(mix_seed(self.seed, 1, self.rank, epoch, b))
+                x = self.transform(x, gen)
             yield x, y

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sized
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Sized
 from typing import Any, Protocol
 
 import torch
@@ -10,6 +11,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from trainscope.config import DataConfig
 from trainscope.data.fast import FastLoader, in_memory
+from trainscope.data.seeds import mix_seed, torch_seeded
 from trainscope.errors import ConfigError, DataError
 
 
@@ -18,8 +20,66 @@ class BatchLoader(Iterable[tuple[Any, torch.Tensor]], Sized, Protocol):
 
     A batch is ``(inputs, targets)``: inputs a tensor or a mapping of tensors (see
     :func:`trainscope.workloads.base.move_to`), targets a tensor whose first dimension is
-    the number of samples.
+    the number of samples. Training loaders made here also have ``set_epoch(e)`` (the
+    epoch's order and random draws depend on the seed and ``e`` alone) and ``skip(k)``
+    (the next ``iter()`` starts at batch ``k`` of the epoch, fetching none before it):
+    what a run resumed in the middle of an epoch needs to see the same batches.
     """
+
+
+class EpochSampler(DistributedSampler):
+    """A ``DistributedSampler`` (same shards, same order) that can start ``skip`` samples
+    into this rank's epoch, and hands each index to the data set with its own seed,
+    ``mix_seed(seed, epoch, index)``: the sample's random draws then depend on nothing
+    else (not on the worker that fetches it, nor on the samples fetched before)."""
+
+    def __init__(self, dataset: Dataset, **kwargs: Any) -> None:
+        super().__init__(dataset, **kwargs)
+        self._skip = 0
+
+    def skip(self, samples: int) -> None:
+        """The next iteration starts ``samples`` into this rank's order."""
+        self._skip = samples
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        skip, self._skip = self._skip, 0
+        for index in itertools.islice(super().__iter__(), skip, None):
+            yield (index, mix_seed(self.seed, self.epoch, index))
+
+
+class SeededSamples(Dataset):
+    """A data set fetched by ``(index, seed)``: the sample's random draws from torch's
+    generator come from ``seed`` (see :func:`trainscope.data.seeds.torch_seeded`)."""
+
+    def __init__(self, dataset: Dataset) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)  # type: ignore[arg-type]
+
+    def __getitem__(self, key: tuple[int, int]) -> Any:
+        index, seed = key
+        with torch_seeded(seed):
+            return self.dataset[index]
+
+    def __getattr__(self, name: str) -> Any:
+        # Not "dataset" (unset while a worker unpickles this: no recursion), and no dunder
+        # such as __getitems__, which would hand the inner data set (index, seed) keys.
+        if name == "dataset" or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.dataset, name)
+
+
+class TrainLoader(DataLoader):
+    """The training ``DataLoader``: its sampler is an :class:`EpochSampler`."""
+
+    def set_epoch(self, epoch: int) -> None:
+        """The order (and every sample's seed) of ``epoch``."""
+        self.sampler.set_epoch(epoch)  # type: ignore[attr-defined]
+
+    def skip(self, batches: int) -> None:
+        """The next epoch's iteration starts at batch ``batches``."""
+        self.sampler.skip(batches * self.batch_size)  # type: ignore[attr-defined]
 
 
 def make_loader(
@@ -68,9 +128,12 @@ def make_loader(
         }
         if cfg.prefetch_factor is not None and workers > 0:
             kwargs["prefetch_factor"] = cfg.prefetch_factor
+        # Its own generator: starting an iterator draws the workers' base seed from it,
+        # never from the global one the model's dropout draws from.
+        kwargs["generator"] = torch.Generator().manual_seed(cfg.shuffle_seed)
         if not train:
             return DataLoader(dataset, shuffle=False, **kwargs)
-        sampler = DistributedSampler(
+        sampler = EpochSampler(
             dataset,
             num_replicas=world_size,
             rank=rank,
@@ -78,7 +141,9 @@ def make_loader(
             seed=cfg.shuffle_seed,
             drop_last=cfg.drop_last,
         )
-        loader = DataLoader(dataset, sampler=sampler, drop_last=cfg.drop_last, **kwargs)
+        loader = TrainLoader(
+            SeededSamples(dataset), sampler=sampler, drop_last=cfg.drop_last, **kwargs
+        )
     if train and cfg.drop_last and len(loader) == 0:
         # A batch larger than the data is one batch of all of it, as in PyTorch; with
         # drop_last that batch is dropped and nothing is left.

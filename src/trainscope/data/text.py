@@ -29,6 +29,7 @@ from torch.utils.data import Dataset, TensorDataset
 # Private helpers of the MNIST downloader: a verified, atomic fetch of one URL. Reused so
 # that both downloads behave (and fail) the same way.
 from trainscope.data.mnist_files import _describe, _fetch, _MirrorError, _one_line
+from trainscope.data.seeds import mix_seed
 from trainscope.errors import DataError
 
 __all__ = [
@@ -285,8 +286,10 @@ class WindowLoader:
     """(x, y) batches of windows of a corpus held whole on the device.
 
     Shuffled (training): each batch is window starts drawn uniformly (with replacement)
-    from a device generator seeded once with ``seed``, so the sequence of batches is
-    reproducible and no two epochs repeat. An epoch is ``len(windows) // global batch``
+    from a device generator seeded from (``seed``, epoch, batch), so the sequence of
+    batches is reproducible, no two epochs repeat, and ``set_epoch`` and ``skip`` give any
+    epoch's batches from any point (a resumed run); without ``set_epoch`` each ``iter()``
+    is the next epoch. An epoch is ``len(windows) // global batch``
     batches, the size of a DataLoader epoch; with random windows it is a unit of accounting
     rather than a pass over every window (cap it with ``max_steps_per_epoch``). Not
     shuffled: consecutive windows in order, batched like a DataLoader (a last short batch
@@ -338,7 +341,18 @@ class WindowLoader:
         self.drop_last = drop_last
         self.rank, self.world_size = rank, world_size
         self._offsets = torch.arange(block_size, device=self.device)
-        self._gen = torch.Generator(device=self.device).manual_seed(seed)
+        self.seed = seed
+        self._gen = torch.Generator(device=self.device)
+        self.epoch = 0
+        self._skip = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """The windows of ``epoch``."""
+        self.epoch = epoch
+
+    def skip(self, batches: int) -> None:
+        """The next ``iter()`` starts at batch ``batches`` of the epoch."""
+        self._skip = batches
 
     def __len__(self) -> int:
         if self.shuffle:
@@ -346,8 +360,9 @@ class WindowLoader:
         full, rest = divmod(self.n_windows, self.global_batch)
         return full + (1 if rest and not self.drop_last else 0)
 
-    def _global_starts(self, b: int) -> torch.Tensor:
+    def _global_starts(self, epoch: int, b: int) -> torch.Tensor:
         if self.shuffle:
+            self._gen.manual_seed(mix_seed(self.seed, epoch, b))
             return torch.randint(
                 self.n_windows, (self.global_batch,), generator=self._gen, device=self.device
             )
@@ -355,10 +370,12 @@ class WindowLoader:
         return torch.arange(lo, min(lo + self.global_batch, self.n_windows), device=self.device)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        epoch, skip = self.epoch, self._skip
+        self.epoch, self._skip = epoch + 1, 0  # the next iter(): the next epoch, from its start
         lo, hi = self.rank * self.batch_size, (self.rank + 1) * self.batch_size
-        for b in range(len(self)):
-            # The whole global batch is drawn on every rank, keeping the generators in step.
-            starts = self._global_starts(b)[lo:hi]
+        for b in range(skip, len(self)):
+            # The whole global batch is drawn on every rank: rank r keeps its share of it.
+            starts = self._global_starts(epoch, b)[lo:hi]
             idx = starts[:, None] + self._offsets  # (B, T) positions in the corpus
             yield self.data[idx], self.data[idx + 1]
 

@@ -22,6 +22,7 @@ from trainscope.records.run_dir import (
     RunWriter,
     load_run,
     prepare_run_dir,
+    reopen_run_dir,
 )
 
 __all__ = [
@@ -36,4 +37,5 @@ __all__ = [
     "atomic_write_json",
     "load_run",
     "prepare_run_dir",
+    "reopen_run_dir",
 ]

@@ -113,6 +113,7 @@ class OwnedDir:
         self.kind = kind
         self._marker = marker
         self._lock_fd = lock_fd
+        self._pid = os.getpid()  # a forked child has closed its copy of the lock already
 
     def __fspath__(self) -> str:
         return os.fspath(self.path)
@@ -158,9 +159,10 @@ class OwnedDir:
 
     def release(self) -> None:
         """Give up the lock (idempotent). The marker stays: the directory is still ours."""
-        if self._lock_fd is not None:
+        if self._lock_fd is not None and self._pid == os.getpid():
+            _HELD.discard(self._lock_fd)
             os.close(self._lock_fd)  # closing the only descriptor releases the flock
-            self._lock_fd = None
+        self._lock_fd = None
 
     def __del__(self) -> None:
         # An object dropped without release() must not keep its directory locked.
@@ -171,6 +173,22 @@ class OwnedDir:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+# Lock descriptors this process holds. A flock belongs to the open file, which a forked
+# child (a DataLoader worker) shares: the child closes its copies at once, so that a
+# killed run's lock goes with the run itself, not with workers that outlive it a while.
+_HELD: set[int] = set()
+
+
+def _drop_inherited_locks() -> None:
+    for fd in list(_HELD):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _HELD.clear()
+
+
+os.register_at_fork(after_in_child=_drop_inherited_locks)
 
 
 def _lock(path: Path, what: str) -> int | None:
@@ -193,6 +211,7 @@ def _lock(path: Path, what: str) -> int | None:
         ) from None
     os.ftruncate(fd, 0)
     os.pwrite(fd, str(os.getpid()).encode(), 0)
+    _HELD.add(fd)
     return fd
 
 

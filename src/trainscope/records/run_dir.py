@@ -12,6 +12,7 @@ from typing import Any, TextIO
 import yaml
 
 from trainscope.errors import TrainscopeError
+from trainscope.records.attempts import current_events
 from trainscope.records.jsonio import atomic_write_json, dumps, read_json_object
 from trainscope.records.ownership import OwnedDir, claim_dir
 
@@ -56,6 +57,22 @@ STAGE_LABELS = {
 }
 
 
+def reopen_run_dir(path: str | os.PathLike, kind: str = "run") -> OwnedDir:
+    """A run directory trainscope wrote, locked again to go on with it (``--resume``):
+    nothing in it is removed. Refused when it is not a trainscope run directory, or while
+    another process holds it."""
+    p = Path(path)
+    if not (p / "summary.json").is_file() and kind == "run":
+        raise TrainscopeError(f"--resume {p}: not a run directory (no summary.json there)")
+    owned = claim_dir(p, kind, existing="keep", what="--resume")
+    try:
+        owned.record(*RUN_FILES)
+    except OSError as e:
+        owned.release()
+        raise TrainscopeError(f"--resume {owned.path} is not writable: {e.strerror or e}") from None
+    return owned
+
+
 def prepare_run_dir(
     path: str | os.PathLike, overwrite: bool = False, kind: str = "run"
 ) -> OwnedDir:
@@ -83,8 +100,11 @@ class RunWriter:
     Every line and file is strict JSON: a non-finite number is written as null.
     """
 
-    def __init__(self, run_dir: OwnedDir | Path) -> None:
+    def __init__(self, run_dir: OwnedDir | Path, attempt: int = 1) -> None:
         self.owned = run_dir if isinstance(run_dir, OwnedDir) else None
+        # A resumed run's lines say which attempt wrote them (see records.attempts); the
+        # first attempt's lines carry no such field, so a run never resumed reads as before.
+        self.attempt = attempt
         self.run_dir = Path(run_dir)
         self._metrics: TextIO = open(
             self.run_dir / "metrics.jsonl", "a", buffering=1 << 16, encoding="utf-8"
@@ -106,7 +126,10 @@ class RunWriter:
 
     def log(self, event: str, **fields: Any) -> None:
         """Append one event line to metrics.jsonl (buffered until :meth:`flush`)."""
-        self._metrics.write(dumps({"event": event, **fields}) + "\n")
+        line = {"event": event, **fields}
+        if self.attempt > 1:
+            line["attempt"] = self.attempt
+        self._metrics.write(dumps(line) + "\n")
 
     def flush(self) -> None:
         """Push buffered metric lines to the file."""
@@ -222,6 +245,7 @@ def load_run(path: str | os.PathLike) -> RunRecord:
         summary=summary,
         config=config,
         env=env,
-        metrics=_read_jsonl(run_dir / "metrics.jsonl"),
+        # Each step once, as the run that went on took it (see records.attempts).
+        metrics=current_events(_read_jsonl(run_dir / "metrics.jsonl")),
         system=_read_jsonl(run_dir / "system.jsonl"),
     )

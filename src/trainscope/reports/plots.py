@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
+from trainscope.records.attempts import resumes
 from trainscope.records.run_dir import STAGE_LABELS, STAGES, RunRecord
 from trainscope.reports.tables import fmt_pct, fmt_seconds
 from trainscope.textsafe import plot_text
@@ -220,6 +221,11 @@ def loss_curve(
             ax.plot(ex, ey, "o-", color=color, linewidth=1.8, markersize=5, label=label)
     for end in sorted(ends.values())[:-1]:
         ax.axvline(end + 0.5, color="0.85", linewidth=0.8, zorder=0)
+    for i, resume in enumerate(resumes(record.metrics)):  # where a resumed run went on
+        at = resume.get("from_step")
+        if isinstance(at, int) and not isinstance(at, bool):
+            ax.axvline(at + 0.5, color="tab:red", linestyle="--", linewidth=1.0, zorder=1,
+                       label="resumed from a checkpoint" if i == 0 else None)  # fmt: skip
 
     # Losses often fall by orders of magnitude; a log axis keeps the tail readable.
     if min(all_y) > 0 and max(all_y) / min(all_y) > 20:

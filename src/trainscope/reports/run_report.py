@@ -29,6 +29,7 @@ from trainscope.reports.plots import loss_curve, stage_pie
 from trainscope.reports.stragglers import straggler_section
 from trainscope.reports.tables import (
     Table,
+    attempts_table,
     epoch_table,
     fmt_float,
     latex_escape,
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
     import rich.table
 
 # Table keys in the order they appear in report.md, tables.tex and on the console.
-TABLE_ORDER = ("overview", "stages", "epochs", "per_class")
+TABLE_ORDER = ("overview", "attempts", "stages", "epochs", "per_class")
 
 # Figures go in a subfolder so the report files stay easy to spot in the output folder.
 PLOTS_DIR = "plots"
@@ -85,6 +86,7 @@ def _build_tables(record: RunRecord) -> dict[str, Table]:
     summary = record.summary
     tables = {
         "overview": overview_table(summary, record.env),
+        "attempts": attempts_table(summary),
         "stages": stage_table(summary),
         "epochs": epoch_table(summary),
         "per_class": per_class_table(summary),
@@ -133,6 +135,9 @@ def _build_document(
     )
     doc.heading("Overview")
     doc.table(tables["overview"])
+    if tables["attempts"].rows:
+        doc.heading("Attempts (resumed run)")
+        doc.table(tables["attempts"])
 
     doc.heading("Where the time went")
     if not summary.get("stages_s"):

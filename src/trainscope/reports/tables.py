@@ -345,6 +345,39 @@ def epoch_table(summary: dict[str, Any]) -> Table:
     )
 
 
+def attempts_table(summary: dict[str, Any]) -> Table:
+    """A resumed run's attempts: when each started, where it went on from, how it ended
+    and how many steps it did again (empty for a run that never resumed)."""
+    rows: list[list[object]] = []
+    for a in summary.get("attempts") or []:
+        if not isinstance(a, dict):
+            continue
+        start = a.get("from_step") or 0
+        inside = a.get("epoch_step") or 0
+        where = "the beginning" if not a.get("checkpoint") else f"step {_text(start)}"
+        if a.get("checkpoint"):
+            where += f" (epoch {_text(a.get('from_epoch'))}"
+            where += f" + {_text(inside)} steps)" if inside else " end)"
+        rows.append(
+            [
+                _text(a.get("attempt")),
+                _text(a.get("started_at")),
+                where if a.get("attempt") != 1 else "the beginning",
+                _text(a.get("by") or "run"),
+                _text(a.get("ended") or "running"),
+                _text(a.get("steps_redone") if a.get("attempt") != 1 else "–"),
+            ]
+        )
+    return Table(
+        ["Attempt", "Started (UTC)", "Went on from", "Started by", "Ended", "Steps redone"],
+        rows,
+        f"Attempts: {run_title(summary)}. Each resume goes on from the last complete "
+        "checkpoint; steps an attempt took after it are done again and counted once.",
+        "tab:attempts",
+        "rlllll",
+    )
+
+
 def _class_key(name: str) -> tuple[int, float | str]:
     # Classes "0".."9" sort numerically ("10" after "9"), names alphabetically after them.
     try:

@@ -71,7 +71,20 @@ def init_distributed(backend_request: str, device_type: str, timeout_s: float) -
     backend = choose_backend(backend_request, device_type)
     timeout = timedelta(seconds=timeout_s)
     if under_torchrun():
-        dist.init_process_group(backend=backend, timeout=timeout)
+        restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT") or 0)
+        if restart:
+            # torchrun keeps one store across restarts (its agent's): without a prefix of
+            # their own, ranks of a restarted attempt may read the dead attempt's gloo
+            # addresses before the new ones are written (seen: "Connection refused").
+            from torch.distributed.rendezvous import rendezvous
+
+            store, rank, world = next(rendezvous("env://", timeout=timeout))
+            store = dist.PrefixStore(f"trainscope/attempt-{restart}", store)
+            dist.init_process_group(
+                backend=backend, store=store, rank=rank, world_size=world, timeout=timeout
+            )
+        else:
+            dist.init_process_group(backend=backend, timeout=timeout)
         env = os.environ
         return DistInfo(
             rank=dist.get_rank(),

@@ -7,7 +7,8 @@ A checkpoint is a folder ``step-N`` under a run's ``checkpoints/``::
     rng.safetensors         torch's CPU (and CUDA) generator states
     trainer.json            step, epoch, position in the epoch, the optimizer's
                             param groups and scalars, the precision's (GradScaler) state,
-                            Python's and NumPy's generator states
+                            Python's and NumPy's generator states, and what the run had
+                            recorded by then (stage times, epochs, the config it ran)
     COMPLETE.json           written last: every file's size and SHA-256
 
 It is written into ``.tmp-step-N`` (each file fsynced), the manifest last, then renamed
@@ -22,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -136,11 +138,14 @@ def _rng_join(tensors: dict[str, torch.Tensor], plain: dict[str, Any]) -> dict[s
     }
 
 
-def write_checkpoint(root: Path, state_dict: dict[str, Any]) -> Checkpoint:
+def write_checkpoint(
+    root: Path, state_dict: dict[str, Any], after_file: Callable[[str], None] | None = None
+) -> Checkpoint:
     """Write ``state_dict`` (a :meth:`TrainState.state_dict`) as ``root/step-N``.
 
     An existing complete ``step-N`` is kept (the same step is the same state); a left-over
-    temporary folder of a killed write is replaced.
+    temporary folder of a killed write is replaced. ``after_file`` is called with each
+    file's name once it is written (fault-injection tests kill the process there).
     """
     step = int(state_dict["step"])
     final = root / f"step-{step}"
@@ -166,6 +171,8 @@ def write_checkpoint(root: Path, state_dict: dict[str, Any]) -> Checkpoint:
                 "optimizer": opt_plain,
                 "precision": state_dict.get("precision") or {},
                 "rng": rng_plain,
+                # What the run had recorded by then (plain data): a resume goes on from it.
+                "run": state_dict.get("run") or {},
             }
         ).encode(),
     }
@@ -173,6 +180,8 @@ def write_checkpoint(root: Path, state_dict: dict[str, Any]) -> Checkpoint:
     for name, data in files.items():
         _fsync_write(tmp / name, data)
         manifest["files"][name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        if after_file is not None:
+            after_file(name)
     _fsync_write(tmp / MANIFEST, dumps(manifest).encode())  # last: the folder is complete
     _fsync_dir(tmp)
     if final.exists():  # an incomplete step-N (no manifest): never loaded, replaced
@@ -242,6 +251,7 @@ def load_checkpoint(ckpt: Checkpoint) -> dict[str, Any]:
         "epoch": plain["epoch"],
         "epoch_step": plain.get("epoch_step", 0),
         "rng": _rng_join(tensors("rng.safetensors"), plain["rng"]),
+        "run": plain.get("run") or {},
     }
 
 

@@ -48,16 +48,68 @@ class TrainState:
     """Steps taken in the epoch under way (0 between epochs): where a resume picks up."""
 
     def state_dict(self) -> dict[str, Any]:
-        """Model, optimizer, precision (scaler), counters and RNG states."""
+        """Model, optimizer, precision (scaler), counters and RNG states.
+
+        Sharded tensors (FSDP's DTensors) are this rank's own shard: each rank saves its
+        part, and nothing is gathered."""
         return {
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            "model": local_tensors(self.model.state_dict()),
+            "optimizer": _local_optimizer(self.optimizer.state_dict()),
             "precision": self.precision.state_dict(),
             "step": self.step,
             "epoch": self.epoch,
             "epoch_step": self.epoch_step,
             "rng": rng_states(),
         }
+
+    def load_state_dict(self, sd: dict[str, Any]) -> None:
+        """Put a :meth:`state_dict` (e.g. a loaded checkpoint) back, RNG states included:
+        the next step is the one the saved run took next."""
+        self.model.load_state_dict(_like(sd["model"], self.model.state_dict()))
+        params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        optimizer = sd["optimizer"]
+        state = {
+            idx: _like(entry, dict.fromkeys(entry, params[int(idx)]), shaped=True)
+            for idx, entry in optimizer["state"].items()
+        }
+        self.optimizer.load_state_dict({**optimizer, "state": state})
+        self.precision.load_state_dict(sd.get("precision") or {})
+        self.step, self.epoch = int(sd["step"]), int(sd["epoch"])
+        self.epoch_step = int(sd.get("epoch_step", 0))
+        set_rng_states(sd["rng"])
+
+
+def local_tensors(tensors: dict[str, Any]) -> dict[str, Any]:
+    """DTensors (FSDP's shards) as this rank's local tensor; anything else as it is."""
+    from torch.distributed.tensor import DTensor
+
+    return {k: v.to_local() if isinstance(v, DTensor) else v for k, v in tensors.items()}
+
+
+def _local_optimizer(sd: dict[str, Any]) -> dict[str, Any]:
+    return {**sd, "state": {idx: local_tensors(entry) for idx, entry in sd["state"].items()}}
+
+
+def _like(
+    loaded: dict[str, Any], reference: dict[str, Any], shaped: bool = False
+) -> dict[str, Any]:
+    """Local shards read back, made DTensors again where ``reference`` (the live model's
+    tensors, or the parameter an optimizer state belongs to) is one: the same mesh and
+    placements, so each rank gets back exactly the shard it saved. With ``shaped`` only
+    tensors the parameter's shape (exp_avg, momentum) are sharded, not e.g. Adam's step."""
+    from torch.distributed.tensor import DTensor
+
+    out = {}
+    for k, v in loaded.items():
+        ref = reference.get(k)
+        if isinstance(ref, DTensor) and isinstance(v, torch.Tensor):
+            if not shaped or v.shape == ref.to_local().shape and v.dim() > 0:
+                v = DTensor.from_local(
+                    v.to(ref.device), ref.device_mesh, ref.placements,
+                    shape=ref.shape, stride=ref.stride(),
+                )  # fmt: skip
+        out[k] = v
+    return out
 
 
 def rng_states() -> dict[str, Any]:
@@ -75,6 +127,19 @@ def rng_states() -> dict[str, Any]:
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         states["cuda"] = torch.cuda.get_rng_state_all()
     return states
+
+
+def set_rng_states(states: dict[str, Any]) -> None:
+    """Restore what :func:`rng_states` returned."""
+    import random
+
+    import numpy as np
+
+    random.setstate(states["python"])
+    np.random.set_state(states["numpy"])
+    torch.set_rng_state(states["torch"])
+    if states.get("cuda") and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
 
 
 def train_step(
@@ -141,11 +206,55 @@ class EpochResult:
     """When its last step (and worker shutdown) ended, on the same clock."""
 
 
+@dataclass
+class EpochProgress:
+    """An epoch's running totals: what a checkpoint in mid-epoch saves, so that a resumed
+    epoch's row is the row the uninterrupted epoch would have had (plain data, JSON-able)."""
+
+    stage_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(TRAIN_STAGES, 0.0))
+    samples: int = 0
+    loss_sum: float = 0.0
+    loss_samples: int = 0
+    elapsed_s: float = 0.0
+    """Seconds of the epoch spent before the current attempt's part of it."""
+    loader_start_s: float = 0.0
+    t_start: float | None = None
+    """When the epoch began, on the run's clock (None until it does)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for a checkpoint."""
+        return dict(self.__dict__, stage_s=dict(self.stage_s))
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> EpochProgress:
+        """The inverse of :meth:`to_dict` (unknown keys ignored)."""
+        known = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
+        progress = cls(**known)
+        progress.stage_s = {**dict.fromkeys(TRAIN_STAGES, 0.0), **progress.stage_s}
+        return progress
+
+
 StepLog = Callable[[list[dict[str, Any]]], None]
 StepFn = Callable[
     [TrainState, Iterator[tuple[torch.Tensor, torch.Tensor]], StageTimer],
     tuple["torch.Tensor | None", int],
 ]
+OnCheckpoint = Callable[[TrainState, EpochProgress], None]
+
+
+def _start_epoch(loader: BatchLoader, epoch: int, skip: int) -> None:
+    """The epoch's order (and its random draws) for ``epoch``; a resumed epoch starts
+    ``skip`` batches in, without fetching the ones it has trained on already."""
+    if hasattr(loader, "set_epoch"):
+        loader.set_epoch(epoch)
+    else:
+        sampler = getattr(loader, "sampler", None)
+        if hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(epoch)  # a fresh shuffle each epoch, the same on every rank
+    if skip:
+        if not hasattr(loader, "skip"):
+            raise TypeError(f"{type(loader).__name__} cannot start inside an epoch (no skip())")
+        loader.skip(skip)
 
 
 def train_epoch(
@@ -159,7 +268,9 @@ def train_epoch(
     step_fn: StepFn = train_step,
     reduce_losses: Callable[[torch.Tensor], torch.Tensor] | None = None,
     origin: float = 0.0,
-    after_step: Callable[[TrainState], None] | None = None,
+    checkpoint_every: int = 0,
+    on_checkpoint: OnCheckpoint | None = None,
+    resumed: EpochProgress | None = None,
 ) -> EpochResult:
     """Train one epoch; every ``log_every`` steps hand the resolved step records to ``on_steps``.
 
@@ -167,21 +278,22 @@ def train_epoch(
     (``loss`` is None when ``step_fn`` is :func:`data_step`; ``t`` is when the step began,
     in ``time.perf_counter`` seconds since ``origin``, the run's clock origin). With
     ``reduce_losses`` (the mean over ranks, one collective per log interval, not per step)
-    ``loss`` is the global loss and ``rank_loss`` this rank's.
+    ``loss`` is the global loss and ``rank_loss`` this rank's. Every ``checkpoint_every``
+    (global) steps the records so far are resolved and ``on_checkpoint`` gets the state and
+    the epoch's totals. A resumed epoch (``state.epoch_step`` > 0, its totals ``resumed``)
+    starts where the checkpoint was taken.
     """
     epoch = state.epoch + 1
     state.model.train()
-    sampler = getattr(loader, "sampler", None)
-    if hasattr(sampler, "set_epoch"):
-        sampler.set_epoch(epoch)  # a fresh shuffle each epoch, the same on every rank
+    skip = state.epoch_step
+    _start_epoch(loader, epoch, skip)
     n_steps = len(loader) if max_steps is None else min(len(loader), max_steps)
-    stage_s = dict.fromkeys(TRAIN_STAGES, 0.0)
+    progress = resumed if resumed is not None and skip else EpochProgress()
+    totals = progress.stage_s
     # (step, batch size, device loss, start time): read back together every log interval.
     pending: list[tuple[int, int, torch.Tensor | None, float]] = []
-    loss_sum, loss_samples, samples = 0.0, 0, 0
 
     def flush(block: bool) -> None:
-        nonlocal loss_sum, loss_samples
         times = timer.resolve(block=block)
         if not times:
             return
@@ -195,7 +307,7 @@ def train_epoch(
         records, diverged = [], None
         for (step, bs, _, t), value, st in zip(done, values, times):
             for k, v in st.items():
-                stage_s[k] += v
+                totals[k] += v
             rec = {"step": step, "epoch": epoch, "loss": value, "batch_size": bs, "t": t}
             rec["stages"] = st
             if reduce_losses is not None and value is not None:
@@ -206,8 +318,8 @@ def train_epoch(
                 rec["nonfinite_loss"] = str(rec["loss"])
                 rec["loss"] = None
             if rec["loss"] is not None:
-                loss_sum += rec["loss"] * bs
-                loss_samples += bs
+                progress.loss_sum += rec["loss"] * bs
+                progress.loss_samples += bs
             records.append(rec)
         if on_steps is not None:
             on_steps(records)
@@ -219,13 +331,15 @@ def train_epoch(
             )
 
     t0 = time.perf_counter()
+    if progress.t_start is None:
+        progress.t_start = t0 - origin
     # Creating the iterator starts the DataLoader workers: time the batch pipeline pays, so
     # it counts as data wait (host-timed; the device is idle at an epoch boundary anyway).
     batches = iter(loader)
     loader_start = time.perf_counter() - t0
-    stage_s["data_wait"] += loader_start
-    state.epoch_step = 0
-    for _ in range(n_steps):
+    totals["data_wait"] += loader_start
+    progress.loader_start_s += loader_start
+    for _ in range(n_steps - skip):
         raise_if_stopped()  # a Ctrl-C or SIGTERM whose exception a finalizer swallowed
         # Host time at the step's start, on the run's clock: stages, evaluation and
         # system samples of one run then share one axis (the timeline, the trace).
@@ -233,11 +347,15 @@ def train_epoch(
         loss, batch_size = step_fn(state, batches, timer)
         state.epoch_step += 1
         pending.append((state.step, batch_size, loss, t_step))
-        samples += batch_size
+        progress.samples += batch_size
         if len(pending) >= log_every:
             flush(block=True)
-        if after_step is not None:  # e.g. a checkpoint: outside the step, timed by the caller
-            after_step(state)
+        if checkpoint_every and on_checkpoint and state.step % checkpoint_every == 0:
+            flush(block=True)  # every step up to here is in the record before the checkpoint
+            if state.epoch_step < n_steps:  # at the epoch's end the epoch's own row saves it
+                snapshot = EpochProgress.from_dict(progress.to_dict())
+                snapshot.elapsed_s += time.perf_counter() - t0
+                on_checkpoint(state, snapshot)
     flush(block=True)
     del batches  # shut non-persistent workers down inside the epoch's time
     device_sync(state.device)
@@ -246,12 +364,12 @@ def train_epoch(
     return EpochResult(
         epoch=epoch,
         steps=n_steps,
-        samples=samples,
-        duration_s=t_end - t0,
-        mean_loss=loss_sum / loss_samples if loss_samples else None,
-        stage_s=stage_s,
-        loader_start_s=loader_start,
-        t_start=t0 - origin,
+        samples=progress.samples,
+        duration_s=progress.elapsed_s + t_end - t0,
+        mean_loss=progress.loss_sum / progress.loss_samples if progress.loss_samples else None,
+        stage_s=totals,
+        loader_start_s=progress.loader_start_s,
+        t_start=progress.t_start,
         t_end=t_end - origin,
     )
 

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from trainscope.errors import TrainscopeError
-from trainscope.records import OwnedDir, prepare_run_dir
+from trainscope.records import OwnedDir, prepare_run_dir, reopen_run_dir
 from trainscope.runtime.dist import DistInfo, broadcast_object
 
 
@@ -42,11 +42,14 @@ def agree_run_dir(info: DistInfo, make: Callable[[], OwnedDir]) -> tuple[Path, O
     return Path(path), owned
 
 
-def rank_dir(run_dir: Path, info: DistInfo) -> OwnedDir:
+def rank_dir(run_dir: Path, info: DistInfo, resume: bool = False) -> OwnedDir:
     """``RUN_DIR/ranks/rank<R>``, marked and locked by this rank (rank 0 has cleared the
     old one already when the run directory is shared; on another node's disk this rank
-    clears what an earlier run of its own left there)."""
-    return prepare_run_dir(run_dir / "ranks" / f"rank{info.rank}", overwrite=True, kind="rank")
+    clears what an earlier run of its own left there). A resumed run keeps it as it is."""
+    path = run_dir / "ranks" / f"rank{info.rank}"
+    if resume:
+        return reopen_run_dir(path, kind="rank")
+    return prepare_run_dir(path, overwrite=True, kind="rank")
 
 
 def make_loss_reducer(info: DistInfo) -> Callable[[torch.Tensor], torch.Tensor] | None:

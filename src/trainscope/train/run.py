@@ -4,6 +4,7 @@ of however it ends; the training itself is :class:`~trainscope.train.trainer.Tra
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import re
 import sys
@@ -19,7 +20,8 @@ from trainscope.config import MULTIPROCESS_STRATEGIES, RunConfig
 from trainscope.errors import ConfigError, Terminated, TrainscopeError
 from trainscope.precision import make_precision
 from trainscope.profiling.system import SystemSampler, clock_origin, process_start
-from trainscope.records import OwnedDir, RunWriter, prepare_run_dir
+from trainscope.records import OwnedDir, RunWriter, prepare_run_dir, reopen_run_dir
+from trainscope.records.jsonio import try_json_object
 from trainscope.runtime import describe_environment, resolve_device
 from trainscope.runtime.device import device_name
 from trainscope.runtime.dist import (
@@ -35,6 +37,7 @@ from trainscope.textsafe import one_line
 from trainscope.tracking import make_sinks
 from trainscope.train import ranks
 from trainscope.train.console import RunConsole
+from trainscope.train.resume import earlier_attempts, how_it_ended, precheck
 from trainscope.train.trainer import (  # noqa: F401 (build_optimizer, compose, ... re-exported)
     NO_VALIDATION,
     RunContext,
@@ -64,6 +67,9 @@ def run(cfg: RunConfig, console: RunConsole | None = None) -> dict[str, Any]:
     group first; rank 0 writes the run record and every rank its ``ranks/rank<R>`` folder.
     """
     t_start = time.perf_counter()  # the run's clock origin: every "t" is relative to it
+    restarted = _restarted_by_torchrun(cfg)
+    if restarted:  # torchrun started every rank again after one failed: go on, in place
+        cfg = dataclasses.replace(cfg, resume=True, overwrite=False)
     device = resolve_device(cfg.runtime.device)
     info = DistInfo()
     if cfg.dist.strategy in MULTIPROCESS_STRATEGIES:
@@ -75,9 +81,17 @@ def run(cfg: RunConfig, console: RunConsole | None = None) -> dict[str, Any]:
         )
     try:
         device = rank_device(device, info)
-        return _run(cfg, console, device, info, t_start)
+        return _run(cfg, console, device, info, t_start, restarted)
     finally:
         destroy_distributed(info)
+
+
+def _restarted_by_torchrun(cfg: RunConfig) -> bool:
+    """A worker that torchrun restarted (``--max-restarts``) after its run directory
+    exists: it resumes instead of starting the run again."""
+    if not under_torchrun() or int(os.environ.get("TORCHELASTIC_RESTART_COUNT") or 0) < 1:
+        return False
+    return cfg.out is not None and (Path(cfg.out) / "summary.json").is_file()
 
 
 def _run(
@@ -86,6 +100,7 @@ def _run(
     device: torch.device,
     info: DistInfo,
     t_start: float,
+    restarted: bool = False,
 ) -> dict[str, Any]:
     """:func:`run` once the process group (if any) exists."""
     console = console if console is not None and info.is_main else RunConsole(enabled=False)
@@ -95,14 +110,20 @@ def _run(
     check_options(cfg.workload)  # so does a bad workload option
     # Tracking sinks mirror rank 0 only; a missing package refuses the run up front.
     sinks = make_sinks(cfg.runtime.track if info.is_main else [])
+    if cfg.resume and cfg.out is None:
+        raise ConfigError("a resumed run needs its run directory (--resume RUN_DIR)")
     run_dir, owned = ranks.agree_run_dir(
-        info, lambda: prepare_run_dir(cfg.out or default_out(cfg), cfg.overwrite)
+        info,
+        (lambda: _reopen(cfg, info.world_size, restarted))
+        if cfg.resume
+        else (lambda: prepare_run_dir(cfg.out or default_out(cfg), cfg.overwrite)),
     )
     # Rank 0 writes the run directory itself; every other rank its ranks/rank<R> folder.
     if not info.is_main:
-        owned = ranks.rank_dir(run_dir, info)
+        owned = ranks.rank_dir(run_dir, info, resume=cfg.resume)
     assert owned is not None
     ctx = RunContext(cfg, device, info, t_start, precision, strategy, sinks, console)
+    ctx.restarted = restarted
     try:
         return _record(ctx, owned)
     finally:
@@ -115,10 +136,12 @@ def _record(ctx: RunContext, owned: OwnedDir) -> dict[str, Any]:
     precision, strategy, sinks = ctx.precision, ctx.strategy, ctx.sinks
     run_dir = owned.path if info.is_main else owned.path.parent.parent
     outcomes.note_run_dir(run_dir)
-    writer = RunWriter(owned)
-    if info.is_main:
+    if cfg.resume:
+        _continue_from(ctx, try_json_object(owned.path / "summary.json") or {})
+    writer = RunWriter(owned, ctx.attempt)
+    if info.is_main and not cfg.resume:  # (a resumed run saves it once the checkpoint fits)
         # Saved without out/overwrite: rerunning config.yaml makes a fresh run directory.
-        writer.write_config({**cfg.to_dict(), "out": None, "overwrite": False})
+        writer.write_config({**cfg.to_dict(), "out": None, "overwrite": False, "resume": False})
         writer.write_env(describe_environment(device))
         writer.record(dirs=sinks.folders())
     # What is in the sinks' folders now is not theirs (an earlier run's leftovers kept by
@@ -135,13 +158,21 @@ def _record(ctx: RunContext, owned: OwnedDir) -> dict[str, Any]:
         "loader": cfg.data.loader,
         "num_workers": cfg.data.num_workers,
         "data_only": cfg.train.data_only,
-        "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "started_at": (ctx.previous or {}).get("started_at")
+        or datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "strategy": strategy.name,
         "world_size": info.world_size,
         "rank": info.rank,
-        "clock": clock_origin(ctx.t_start),
+        "clock": clock_origin(ctx.origin if ctx.origin is not None else ctx.t_start),
         "process": process_start(ctx.t_start),
     }
+    if cfg.resume:  # filled in when the checkpoint is loaded (train.resume)
+        by = "torchrun restart" if ctx.restarted else "--resume"
+        ended = how_it_ended([ctx.previous])
+        summary["attempts"] = [
+            *earlier_attempts(ctx.previous or {}, ended),
+            {"attempt": ctx.attempt, "started_at": _now(), "by": by},
+        ]
     writer.write_summary(summary)  # a killed run leaves "running", never "completed"
     console.start(run_dir, summary)
     note = strategy.describe().get("note")  # e.g. DataParallel on a single device
@@ -153,7 +184,7 @@ def _record(ctx: RunContext, owned: OwnedDir) -> dict[str, Any]:
         cfg.runtime.system_interval_s,
         gpus=device.type == "cuda",
         on_sample=sinks.log_system,
-        origin=ctx.t_start,
+        origin=ctx.origin,
     )
     watchdog = _stall_watchdog(cfg, info, writer, summary, console)
     try:
@@ -174,6 +205,11 @@ def _record(ctx: RunContext, owned: OwnedDir) -> dict[str, Any]:
         # waits until the record is complete.
         with signals_deferred():
             summary["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            if summary.get("attempts"):  # a resumed run: how this attempt ended
+                ended = summary["status"]
+                if summary.get("error"):
+                    ended = f"{ended}: {summary['error']}"
+                summary["attempts"][-1].update(ended=ended, finished_at=summary["finished_at"])
             writer.close()
             if sinks:
                 summary["tracking"] = sinks.describe()
@@ -239,6 +275,35 @@ def _stall_watchdog(
         store, info.rank, info.world_size, Progress(), cfg.dist.stall_timeout_s, on_stall
     )
     return watchdog
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _reopen(cfg: RunConfig, world_size: int, restarted: bool) -> OwnedDir:
+    """Rank 0 of a resumed run: its directory locked again, and refused before anything
+    in it is written if the newest checkpoint cannot be gone on from."""
+    owned = reopen_run_dir(str(cfg.out))
+    try:
+        config = {**cfg.to_dict(), "out": None, "overwrite": False, "resume": False}
+        precheck(owned.path, config, world_size, restarted)
+    except BaseException:
+        owned.release()
+        raise
+    return owned
+
+
+def _continue_from(ctx: RunContext, previous: dict[str, Any]) -> None:
+    """A resumed run goes on with the previous attempt's summary in hand: its attempt
+    number follows, and its time axis goes on from the first attempt's origin."""
+    ctx.previous = previous
+    attempts = previous.get("attempts")
+    ctx.attempt = len(attempts) + 1 if isinstance(attempts, list) and attempts else 2
+    first = (previous.get("clock") or {}).get("unix_at_origin")
+    if isinstance(first, (int, float)) and not isinstance(first, bool):
+        now = clock_origin(ctx.t_start)["unix_at_origin"]
+        ctx.origin = ctx.t_start - max(0.0, now - first)
 
 
 def describe_failure(e: BaseException) -> str:

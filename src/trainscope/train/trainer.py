@@ -27,9 +27,17 @@ from trainscope.runtime import seed_everything
 from trainscope.runtime.dist import DistInfo, gather_objects
 from trainscope.strategies.base import Strategy
 from trainscope.tracking import Sinks
-from trainscope.train import ranks
+from trainscope.train import faults, ranks
 from trainscope.train.console import RunConsole
-from trainscope.train.loop import TrainState, data_step, evaluate, train_epoch, train_step
+from trainscope.train.loop import (
+    EpochProgress,
+    TrainState,
+    data_step,
+    evaluate,
+    train_epoch,
+    train_step,
+)
+from trainscope.train.resume import data_fingerprint
 from trainscope.workloads import build_workload
 
 FIRST_LOSSES = 5
@@ -49,6 +57,20 @@ class RunContext:
     strategy: Strategy
     sinks: Sinks
     console: RunConsole
+    origin: float | None = None
+    """Where the run's time axis starts (a perf_counter reading): ``t_start`` for a first
+    attempt; for a resumed one the first attempt's start, so that every attempt's ``t``
+    lies on one axis (the gap between them shows)."""
+    attempt: int = 1
+    """1, or the how-manieth attempt at this run a resume is."""
+    previous: dict[str, Any] | None = None
+    """A resumed run: this rank's summary as the previous attempt left it."""
+    restarted: bool = False
+    """Restarted by torchrun after a rank failed (resume from a checkpoint if any)."""
+
+    def __post_init__(self) -> None:
+        if self.origin is None:
+            self.origin = self.t_start
 
 
 def cache_dir() -> Path:
@@ -109,17 +131,24 @@ class Trainer:
         self.step_records: list[dict[str, Any]] = []  # for the steady-state figures
         self.samples = self.steps = 0
         self.train_time = 0.0
+        self.wall_before = 0.0  # a resumed run: the wall time its earlier attempts kept
+        self.resumed_epoch: EpochProgress | None = None
+        self.fingerprint: dict[str, Any] | None = None
 
     def run(self) -> None:
         """Set up, train every epoch (validating as configured), test, finish."""
         self.setup()
-        for e in range(self.cfg.train.epochs):
+        train = self.cfg.train
+        for e in range(self.state.epoch, train.epochs):  # a resumed run: from its epoch on
             row = self.train_one_epoch(e)
-            last = e + 1 == self.cfg.train.epochs
-            if self.val_loader is not None and ((e + 1) % self.cfg.train.eval_every == 0 or last):
+            last = e + 1 == train.epochs
+            if self.val_loader is not None and ((e + 1) % train.eval_every == 0 or last):
                 self.validate(row)
             self.end_epoch(row)
-            if self.cfg.train.checkpoint_every_epoch:
+            # A step checkpoint due at the epoch's last step is taken here, after the epoch's
+            # row and validation: a resume from it starts the next epoch.
+            due = train.checkpoint_every and self.state.step % train.checkpoint_every == 0
+            if train.checkpoint_every_epoch or due:
                 self.checkpoint()
         self.test()
         self.finish()
@@ -146,6 +175,11 @@ class Trainer:
         self._make_loaders()
         timer = make_stage_timer(ctx.device, cfg.runtime.timing)
         self.timer = ProgressTimer(timer, self.progress) if self.progress is not None else timer
+        progress_timer = self.timer
+        # Tests of resume and restarts make a process die at a chosen point (train.faults).
+        self.fault = faults.from_env(ctx.info.rank, ctx.attempt)
+        if self.fault is not None:
+            self.timer = faults.FaultTimer(self.timer, self.fault, lambda: self.state.step + 1)
         summary.update(
             model=type(workload.model).__name__,
             num_parameters=n_params,
@@ -157,15 +191,27 @@ class Trainer:
             lr=lr,
             parallel=ctx.strategy.describe(),
         )
+        if cfg.train.checkpoint_every or cfg.train.checkpoint_every_epoch or cfg.resume:
+            self.fingerprint = data_fingerprint(workload.train_set)
+        if cfg.resume:
+            self._resume()  # last: the generators go on exactly from the checkpoint's states
+            if isinstance(progress_timer, ProgressTimer):  # the stall watchdog's step count
+                progress_timer.step = self.state.step
         if ctx.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(ctx.device)
-        self.stages["setup"] = time.perf_counter() - ctx.t_start
+        self.stages["setup"] += time.perf_counter() - ctx.t_start
         self.writer.log(
             "setup",
             seconds=self.stages["setup"],
             **{k: summary[k] for k in ("model", "num_parameters")},
         )
         self.reduce_losses = ranks.make_loss_reducer(ctx.info)
+
+    def _resume(self) -> None:
+        """Go on from the newest checkpoint every rank has (see train.resume)."""
+        from trainscope.train.resume import resume_into
+
+        resume_into(self)
 
     def _note(self, text: str) -> None:
         self.summary["notes"] = [*self.summary.get("notes", []), text]
@@ -256,9 +302,12 @@ class Trainer:
             on_steps=self._on_steps,
             step_fn=data_step if cfg.train.data_only else train_step,
             reduce_losses=self.reduce_losses,
-            origin=self.ctx.t_start,
-            after_step=self._after_step if cfg.train.checkpoint_every else None,
+            origin=self.ctx.origin,
+            checkpoint_every=cfg.train.checkpoint_every,
+            on_checkpoint=lambda _, progress: self.checkpoint(progress),
+            resumed=self.resumed_epoch,
         )
+        self.resumed_epoch = None
         for k, v in res.stage_s.items():
             self.stages[k] += v
         self.samples += res.samples
@@ -283,7 +332,7 @@ class Trainer:
         val = evaluate(self.state, self.workload, self.val_loader)
         device_sync(self.ctx.device)
         self.stages["evaluation"] += time.perf_counter() - t0
-        row.update(val_t=t0 - self.ctx.t_start, val_s=time.perf_counter() - t0)
+        row.update(val_t=t0 - self.ctx.origin, val_s=time.perf_counter() - t0)
         row.update(val_loss=val["loss"], val_accuracy=val.get("accuracy"))
         row.update({k: v for k, v in val.items() if k in ("perplexity",)})
 
@@ -297,13 +346,23 @@ class Trainer:
 
     # --- checkpoints -----------------------------------------------------------------
 
-    def _after_step(self, state: TrainState) -> None:
-        if state.step % self.cfg.train.checkpoint_every == 0:
-            self.checkpoint()
+    def run_facts(self) -> dict[str, Any]:
+        """What decides this run's numbers: a checkpoint records them, a resume compares."""
+        ctx = self.ctx
+        config = {**self.cfg.to_dict(), "out": None, "overwrite": False, "resume": False}
+        return {
+            "config": config,
+            "world_size": ctx.info.world_size,
+            "device_type": ctx.device.type,
+            "data": self.fingerprint,
+        }
 
-    def checkpoint(self) -> None:
+    def checkpoint(self, progress: EpochProgress | None = None) -> None:
         """Write the TrainState as ``checkpoints/step-N`` (its files recorded as ours
-        first), keep the newest ``keep_checkpoints``; the time is the checkpoint stage."""
+        first), keep the newest ``keep_checkpoints``; the time is the checkpoint stage.
+
+        With the state goes what the run has recorded so far (stage times, epochs, the
+        epoch under way's totals ``progress``), so a resumed run's summary covers it all."""
         from trainscope.train.checkpoint import (
             CHECKPOINT_FILES,
             TMP_PREFIX,
@@ -319,13 +378,29 @@ class Trainer:
             dirs=["checkpoints", *folders],
         )
         root = self.writer.run_dir / "checkpoints"
-        ckpt = write_checkpoint(root, self.state.state_dict())
+        sd = self.state.state_dict()
+        sd["run"] = {
+            **self.run_facts(),
+            "attempt": self.ctx.attempt,
+            "stages": {k: v for k, v in self.stages.items() if k != "other"},
+            "samples": self.samples,
+            "steps": self.steps,
+            "train_time": self.train_time,
+            "epochs": self.epochs,
+            "first_losses": self.first_losses,
+            "epoch_progress": progress.to_dict() if progress is not None else None,
+            "wall_s": self.wall_before + t0 - self.ctx.t_start,  # up to this checkpoint
+        }
+        fault = self.fault
+        ckpt = write_checkpoint(
+            root, sd, after_file=(lambda _: fault.die_at("checkpoint", step)) if fault else None
+        )
         prune(root, self.cfg.train.keep_checkpoints)
         seconds = time.perf_counter() - t0
         self.stages["checkpoint"] += seconds
         self.writer.log(
             "checkpoint", step=step, path=str(ckpt.path.relative_to(self.writer.run_dir)),
-            t=t0 - self.ctx.t_start, seconds=seconds,
+            t=t0 - self.ctx.origin, seconds=seconds,
         )  # fmt: skip
 
     # --- the end ---------------------------------------------------------------------
@@ -340,7 +415,7 @@ class Trainer:
         test = self.test_result = evaluate(self.state, self.workload, loader)
         device_sync(self.ctx.device)
         self.stages["evaluation"] += time.perf_counter() - t0
-        self.writer.log("test", t=t0 - self.ctx.t_start, seconds=time.perf_counter() - t0, **test)
+        self.writer.log("test", t=t0 - self.ctx.origin, seconds=time.perf_counter() - t0, **test)
 
     @property
     def throughput_scale(self) -> int:
@@ -360,7 +435,7 @@ class Trainer:
         # wall_time_s: from the run's start (after interpreter start-up and imports) to the
         # end of its last evaluation; the stages partition it. Saving weights and writing the
         # summary come after it (see "after_wall_s"); the process time adds the start-up.
-        wall = time.perf_counter() - ctx.t_start
+        wall = self.wall_before + time.perf_counter() - ctx.t_start
         stages["other"] = wall - sum(v for k, v in stages.items() if k != "other")
         test = self.test_result
         summary.update(
@@ -388,7 +463,8 @@ class Trainer:
                 self.step_records, cfg.runtime.timing_warmup_steps, scale=self.throughput_scale
             ),
         )
-        summary["process"]["time_s"] = summary["process"]["startup_s"] + wall
+        # This process's life: start-up and its own part of the wall time.
+        summary["process"]["time_s"] = summary["process"]["startup_s"] + wall - self.wall_before
         if ctx.device.type == "cuda":
             summary["peak_memory_bytes"] = torch.cuda.max_memory_allocated(ctx.device)
             summary["peak_memory_kind"] = "cuda_max_allocated"
