@@ -54,7 +54,8 @@ def workloads(args: argparse.Namespace) -> dict[str, list[str]]:
         # here): a fixed number of steps instead.
         out["gpt-char tiny"] = [*base, "--preset", "tiny", "--batch-size", "32",
                                 "--max-steps-per-epoch", "200"]  # fmt: skip
-        out["gpt-char shakespeare (10.7M)"] = [*base, "--preset", "shakespeare",
+        if args.large:
+            out["gpt-char shakespeare (10.7M)"] = [*base, "--preset", "shakespeare",
                                                "--batch-size", "16", "--max-steps-per-epoch",
                                                str(args.steps)]  # fmt: skip
     return out
@@ -75,7 +76,7 @@ def run(argv: list[str], env: dict[str, str] | None = None) -> int:
 
 
 def checkpoint_cost(name: str, flags: list[str], args: argparse.Namespace, tmp: Path) -> dict:
-    seconds, steps, size, epoch_steps = [], [], None, None
+    seconds, steps, loads, size, epoch_steps = [], [], [], None, None
     for i in range(args.runs):
         out = tmp / f"cost-{abs(hash(name))}-{i}"
         code = run(["run", *flags, "--epochs", "1", "--checkpoint-every",
@@ -89,9 +90,19 @@ def checkpoint_cost(name: str, flags: list[str], args: argparse.Namespace, tmp: 
         epoch_steps = summary["steps"]
         ckpt = sorted((out / "checkpoints").iterdir())[-1]
         size = sum(f.stat().st_size for f in ckpt.iterdir())
+        loads.append(load_s(ckpt))
     c, s = spread(seconds), spread(steps)
-    return {"name": name, "checkpoint_s": c, "step_s": s, "bytes": size,
+    return {"name": name, "checkpoint_s": c, "step_s": s, "bytes": size, "load_s": spread(loads),
             "epoch_steps": epoch_steps}  # fmt: skip
+
+
+def load_s(folder: Path) -> float:
+    """Seconds to verify (SHA-256 of every file) and read one checkpoint, in this process."""
+    from trainscope.train.checkpoint import Checkpoint, load_checkpoint
+
+    t0 = time.perf_counter()
+    load_checkpoint(Checkpoint(folder, int(folder.name.split("-")[1])))
+    return time.perf_counter() - t0
 
 
 def resume_time(name: str, flags: list[str], args: argparse.Namespace, tmp: Path) -> dict:
@@ -105,9 +116,10 @@ def resume_time(name: str, flags: list[str], args: argparse.Namespace, tmp: Path
         if code != -9:
             raise SystemExit(f"{name}: the run to kill ended with {code}, not SIGKILL")
         t0 = time.time()
-        # Only the first step is timed: stop the resumed run soon after it with a fault.
-        code = run(["run", "--resume", str(out), "-q", "--no-progress"],
-                   {"TRAINSCOPE_FAULT": f"step={kill_at + 1},attempt=2"})  # fmt: skip
+        # Only the first step is timed: its line is written at once (--log-every 1, which
+        # a resume may change) and the resumed run is stopped a step later with a fault.
+        code = run(["run", "--resume", str(out), "-q", "--no-progress", "--log-every", "1"],
+                   {"TRAINSCOPE_FAULT": f"step={kill_at + 2},attempt=2"})  # fmt: skip
         lines = read_lines(out)
         origin = None
         for e in lines:
@@ -136,6 +148,9 @@ def main() -> int:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--every", type=int, default=20, help="steps between checkpoints")
     p.add_argument("--steps", type=int, default=45, help="steps of the shakespeare preset")
+    p.add_argument("--part", choices=("all", "cost", "resume"), default="all")
+    p.add_argument("--large", action=argparse.BooleanOptionalAction, default=True,
+                   help="include the 10.7M-parameter shakespeare preset (minutes)")  # fmt: skip
     # A checkpoint's share at an interval of N steps is c / (N x step): the medians of both.
     args = p.parse_args()
     if not (args.mnist or args.text):
@@ -146,20 +161,20 @@ def main() -> int:
     )
     with tempfile.TemporaryDirectory(prefix="ckpt-bench-") as tmp:
         print("| workload | checkpoint size | s per checkpoint | steady step (s) | "
-              "% at every 100 steps | % at every 1000 steps |")  # fmt: skip
-        print("| --- | --- | --- | --- | --- | --- |")
-        rows = []
-        for name, flags in workloads(args).items():
+              "% at every 100 steps | % at every 1000 steps | load + verify (s) |")  # fmt: skip
+        print("| --- | --- | --- | --- | --- | --- | --- |")
+        rows = list(workloads(args).items()) if args.part == "resume" else []
+        for name, flags in workloads(args).items() if args.part != "resume" else []:
             r = checkpoint_cost(name, flags, args, Path(tmp))
             c, s = r["checkpoint_s"].median, r["step_s"].median
             print(f"| {name} | {r['bytes'] / 2**20:.1f} MiB | {fmt(r['checkpoint_s'])} | "
                   f"{fmt(r['step_s'], digits=4)} | {100 * c / (100 * s):.1f}% | "
-                  f"{100 * c / (1000 * s):.2f}% |", flush=True)  # fmt: skip
+                  f"{100 * c / (1000 * s):.2f}% | {fmt(r['load_s'])} |", flush=True)  # fmt: skip
             rows.append((name, flags))
         print()
         print("| workload | --resume to first step (s) | of which setup incl. checkpoint load |")
         print("| --- | --- | --- |")
-        for name, flags in rows:
+        for name, flags in rows if args.part != "cost" else []:
             r = resume_time(name, flags, args, Path(tmp))
             print(f"| {name} | {fmt(r['to_first_step_s'], digits=2)} | "
                   f"{fmt(r['setup_s'], digits=2)} |", flush=True)  # fmt: skip

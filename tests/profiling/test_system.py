@@ -37,3 +37,19 @@ def test_peak_rss_is_at_least_current_rss():
     import psutil
 
     assert peak_rss_bytes() >= psutil.Process().memory_info().rss * 0.9
+
+
+def test_process_age_counts_from_the_process_start_to_the_tick() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import time; t = time.perf_counter(); time.sleep(0.4)\n"
+        "from trainscope.profiling.system import _process_age_s\n"
+        "age = _process_age_s(); print(age, time.perf_counter() - t)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    age, since_first_line = map(float, out.stdout.split())
+    # The age covers the interpreter's start before the first line, and nothing after now.
+    assert since_first_line <= age + 0.02
+    assert age < since_first_line + 5.0

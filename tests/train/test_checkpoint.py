@@ -283,3 +283,40 @@ def test_precision_state_comes_back() -> None:
     q = make_precision("fp32", torch.device("cpu"))
     q.load_state_dict(p.state_dict())
     assert q.skipped_steps == 3
+
+
+class Tied(torch.nn.Module):
+    """An embedding and an output head sharing one weight, as GPTs do."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(5, 4)
+        self.head = torch.nn.Linear(4, 5, bias=False)
+        self.head.weight = self.emb.weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.emb(x))
+
+
+def test_tied_weights_are_written_once_and_come_back_tied(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = Tied()
+    state = TrainState(
+        model=model,
+        optimizer=torch.optim.AdamW(model.parameters(), lr=1e-2),
+        precision=make_precision("fp32", torch.device("cpu")),
+        loss_fn=torch.nn.functional.cross_entropy,
+        device=torch.device("cpu"),
+    )
+    batches = [(torch.tensor([1, 2, 3]), torch.tensor([2, 3, 4]))] * 3
+    _train(state, batches)
+    ckpt = write_checkpoint(tmp_path, state.state_dict())
+    from safetensors.torch import load_file
+
+    assert set(load_file(str(ckpt.path / "model.safetensors"))) == {"emb.weight"}
+    other = Tied()
+    loaded = load_checkpoint(ckpt)
+    assert set(loaded["model"]) == {"emb.weight", "head.weight"}
+    other.load_state_dict(loaded["model"])
+    assert torch.equal(other.emb.weight, model.emb.weight)
+    assert other.head.weight is other.emb.weight

@@ -7,6 +7,7 @@ its cost on the training loop is negligible (the loop benchmark includes it).
 
 from __future__ import annotations
 
+import os
 import resource
 import sys
 import threading
@@ -56,10 +57,28 @@ def process_start(t_start: float) -> dict[str, Any]:
     and any earlier runs of a study sharing the process), and how many runs came before."""
     global _runs_started
     runs_before, _runs_started = _runs_started, _runs_started + 1
-    origin = clock_origin(t_start)["unix_at_origin"]
-    # create_time() has the kernel's clock-tick resolution (10 ms): plenty for seconds.
-    startup = max(0.0, origin - psutil.Process().create_time())
+    age = _process_age_s()
+    if age is not None:
+        startup = max(0.0, age - (time.perf_counter() - t_start))
+    else:
+        origin = clock_origin(t_start)["unix_at_origin"]
+        startup = max(0.0, origin - psutil.Process().create_time())
     return {"startup_s": startup, "runs_before": runs_before}
+
+
+def _process_age_s() -> float | None:
+    """Seconds since this process started, to the kernel's clock tick (Linux), or None.
+
+    Not psutil's ``create_time()``: on Linux it adds the process's start (ticks since
+    boot) to the boot time, which /proc/stat gives in whole seconds, so it can be off by
+    up to a second. Here both readings count from boot."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        ticks = int(fields[19])  # starttime: field 22, counted after "pid (comm)"
+        return time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
 
 
 class SystemSampler:

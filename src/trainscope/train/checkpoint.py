@@ -78,10 +78,38 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def _unshared(tensors: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """Tensors safetensors can write, and the aliases left out: a tensor that is another
+    one exactly (tied weights, e.g. a GPT's embedding and output head) is written once and
+    named as an alias; any other sharing of memory gets a copy of its own."""
+    seen: dict[tuple, str] = {}
+    kept: dict[str, torch.Tensor] = {}
+    aliases: dict[str, str] = {}
+    for name, t in tensors.items():
+        t = t.detach().cpu()
+        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(),
+               t.dtype)  # fmt: skip
+        if t.numel() and key in seen:
+            aliases[name] = seen[key]
+            continue
+        seen[key] = name
+        kept[name] = t
+    storages: dict[int, int] = {}
+    for t in kept.values():
+        if t.numel():
+            ptr = t.untyped_storage().data_ptr()
+            storages[ptr] = storages.get(ptr, 0) + 1
+    out = {
+        k: t.clone() if t.numel() and storages[t.untyped_storage().data_ptr()] > 1 else t
+        for k, t in kept.items()
+    }
+    return {k: v.contiguous() for k, v in out.items()}, aliases
+
+
 def _tensors_bytes(tensors: dict[str, torch.Tensor]) -> bytes:
     from safetensors.torch import save
 
-    return save({k: v.detach().cpu().contiguous() for k, v in tensors.items()})
+    return save(tensors)
 
 
 def _split_optimizer(sd: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -158,8 +186,11 @@ def write_checkpoint(
     tmp.mkdir()
     opt_tensors, opt_plain = _split_optimizer(state_dict["optimizer"])
     rng_tensors, rng_plain = _rng_split(state_dict["rng"])
+    model, model_aliases = _unshared(state_dict["model"])
+    opt_tensors, opt_aliases = _unshared(opt_tensors)
+    rng_tensors, _ = _unshared(rng_tensors)
     files = {
-        "model.safetensors": _tensors_bytes(state_dict["model"]),
+        "model.safetensors": _tensors_bytes(model),
         "optimizer.safetensors": _tensors_bytes(opt_tensors),
         "rng.safetensors": _tensors_bytes(rng_tensors),
         "trainer.json": dumps(
@@ -173,6 +204,7 @@ def write_checkpoint(
                 "rng": rng_plain,
                 # What the run had recorded by then (plain data): a resume goes on from it.
                 "run": state_dict.get("run") or {},
+                "aliases": {"model": model_aliases, "optimizer": opt_aliases},
             }
         ).encode(),
     }
@@ -243,9 +275,22 @@ def load_checkpoint(ckpt: Checkpoint) -> dict[str, Any]:
             ) from None
 
     plain = read_json_object(ckpt.path / "trainer.json")
+    aliases = plain.get("aliases") or {}
+
+    def with_aliases(name: str, part: str) -> dict[str, torch.Tensor]:
+        """The file's tensors, plus each tensor written once under another name (tied)."""
+        loaded = tensors(name)
+        for alias, target in (aliases.get(part) or {}).items():
+            if not isinstance(alias, str) or target not in loaded:
+                raise TrainscopeError(f"checkpoint file {ckpt.path / 'trainer.json'} is damaged")
+            loaded[alias] = loaded[target]
+        return loaded
+
     return {
-        "model": tensors("model.safetensors"),
-        "optimizer": _join_optimizer(tensors("optimizer.safetensors"), plain["optimizer"]),
+        "model": with_aliases("model.safetensors", "model"),
+        "optimizer": _join_optimizer(
+            with_aliases("optimizer.safetensors", "optimizer"), plain["optimizer"]
+        ),
         "precision": plain.get("precision") or {},
         "step": plain["step"],
         "epoch": plain["epoch"],

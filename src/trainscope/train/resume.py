@@ -31,6 +31,7 @@ MAY_CHANGE = (
     "train.checkpoint_every_epoch",
     "train.keep_checkpoints",
     "train.save_weights",
+    "workload.download",
     "data.num_workers",
     "data.pin_memory",
     "data.persistent_workers",

@@ -199,10 +199,11 @@ class Trainer:
                 progress_timer.step = self.state.step
         if ctx.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(ctx.device)
-        self.stages["setup"] += time.perf_counter() - ctx.t_start
+        own = time.perf_counter() - ctx.t_start  # this attempt's (a resume adds earlier ones)
+        self.stages["setup"] += own
         self.writer.log(
             "setup",
-            seconds=self.stages["setup"],
+            seconds=own,
             **{k: summary[k] for k in ("model", "num_parameters")},
         )
         self.reduce_losses = ranks.make_loss_reducer(ctx.info)
