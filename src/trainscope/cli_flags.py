@@ -142,6 +142,21 @@ RUN_FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     "--device": ("runtime.device", {"metavar": "DEV", "help": "auto | cpu | cuda | cuda:N"}),
     "--precision": ("runtime.precision", {"metavar": "P", "help": "fp32 | tf32 | fp16 | bf16"}),
+    "--checkpointing": (
+        "runtime.checkpointing",
+        {
+            "metavar": "POLICY",
+            "help": "activation checkpointing of the model's blocks: none (default) | full | "
+            "every-K | selective",
+        },
+    ),
+    "--compile": (
+        "runtime.compile",
+        {
+            "action": argparse.BooleanOptionalAction,
+            "help": "torch.compile the model; compile time is its own stage (default off)",
+        },
+    ),
     "--timing": (
         "runtime.timing",
         {"metavar": "MODE", "help": "auto (events on GPU) | exact (sync per stage)"},

@@ -34,6 +34,9 @@ STRATEGIES = ("single", "dp", "ddp", "fsdp", "gather-scatter", "allreduce")
 MULTIPROCESS_STRATEGIES = ("ddp", "fsdp", "gather-scatter", "allreduce")
 BACKENDS = ("auto", "nccl", "gloo")
 DEVICES_RE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
+# Activation checkpointing policies (trainscope.checkpointing applies them).
+CHECKPOINTING_HELP = "none | full | every-K (every K-th block) | selective (keep matmul outputs)"
+_EVERY_K = re.compile(r"^every-([1-9][0-9]{0,5})$")
 # A user's own workload: "package.module:factory".
 FACTORY_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
@@ -50,6 +53,18 @@ MAX_PREFETCH_FACTOR = 64
 MIN_SYSTEM_INTERVAL_S = 0.1  # below, the sampler costs more than it measures
 MAX_SYSTEM_INTERVAL_S = 86_400.0  # a day; far longer waits overflow the thread's timer
 MAX_DIST_TIMEOUT_S = 7 * 86_400.0  # a week; far longer overflows the timedelta
+
+
+def checkpointing_policy(text: Any) -> tuple[str, int]:
+    """``--checkpointing`` text -> (kind, k): ("none", 0), ("full", 1), ("every", K) or
+    ("selective", 1); ``every-1`` is ``full``. Raises ConfigError for anything else."""
+    if text in ("none", "full", "selective"):
+        return text, 0 if text == "none" else 1
+    m = _EVERY_K.match(text) if isinstance(text, str) else None
+    if m:
+        k = int(m.group(1))
+        return ("full", 1) if k == 1 else ("every", k)
+    raise ConfigError(f"unknown checkpointing policy {show(text)}: choose {CHECKPOINTING_HELP}")
 
 
 def available_cpus() -> int:
@@ -291,6 +306,11 @@ class RuntimeConfig:
     """Show progress bars on the console."""
     track: list[str] = field(default_factory=list)
     """Tracking sinks mirroring the run (wandb, tensorboard); none by default."""
+    checkpointing: str = "none"
+    """Activation checkpointing of the workload's blocks: none | full | every-K |
+    selective (see trainscope.checkpointing)."""
+    compile: bool = False
+    """torch.compile the model (in place); the compilation is timed as its own stage."""
 
     def __post_init__(self) -> None:
         if not DEVICES_RE.match(self.device):
@@ -309,6 +329,9 @@ class RuntimeConfig:
                 raise ConfigError(
                     f"unknown tracking sink {name!r}: choose from {', '.join(SINK_NAMES)}"
                 )
+        checkpointing_policy(self.checkpointing)
+        if not isinstance(self.compile, bool):
+            raise ConfigError(f"compile must be true or false, got {show(self.compile)}")
         lo, hi = MIN_SYSTEM_INTERVAL_S, MAX_SYSTEM_INTERVAL_S
         _number("system_interval_s", self.system_interval_s, low=lo, high=hi)
         if isinstance(self.timing_warmup_steps, bool) or not isinstance(

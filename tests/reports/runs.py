@@ -67,6 +67,24 @@ COMPLETED: dict[str, Any] = {
     ],
     "peak_memory_bytes": 350_000_000,
     "peak_memory_kind": "process_peak_rss",
+    "memory": {
+        "step": 2,
+        "parameters_bytes": 177_704,
+        "buffers_bytes": 0,
+        "gradients_bytes": 177_704,
+        "optimizer_states_bytes": 177_704,
+        "activations_bytes": 406_016,
+        "activations": {
+            "saved_by_autograd_bytes": 406_016,
+            "selective_saved_bytes": 0,
+            "autocast_weight_copies_bytes": 0,
+            "storages": 12,
+        },
+        "model_states_bytes": 533_112,
+        "total_bytes": 939_128,
+        "checkpointing": {"policy": "none", "blocks": 0},
+        "sharded": False,
+    },
     "system": {"samples": 4, "cpu_percent_mean": 180.0, "rss_max_bytes": 350_000_000},
 }
 

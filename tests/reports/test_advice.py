@@ -164,7 +164,12 @@ def test_no_input_gives_no_findings() -> None:
 
 
 def test_only_unknown_stages_give_no_findings() -> None:
-    assert findings({"compile": 2.0}, 5.0, CTX) == []
+    assert findings({"warp_drive": 2.0}, 5.0, CTX) == []
+
+
+def test_compile_stage_is_named_as_a_one_off_cost() -> None:
+    out = findings({"compile": 2.0, "forward": 1.0}, 5.0, CTX)
+    assert out[0].stage == "compile" and "one-off" in out[0].text
 
 
 def test_context_is_optional() -> None:

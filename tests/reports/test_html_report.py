@@ -30,11 +30,12 @@ def test_report_html_is_self_contained(completed: Path) -> None:
     page = report.html_path.read_text(encoding="utf-8")
     assert_self_contained(page)
     sources = IMG_SRC.findall(page)
-    assert len(sources) == 2  # stage pie and loss curve
+    assert len(sources) == 3  # stage pie, loss curve, memory bar
     # The embedded pictures are exactly the PNGs written under plots/.
     plots = report.out_dir / "plots"
     embedded = [base64.b64decode(s.split(",", 1)[1]) for s in sources]
-    assert embedded == [(plots / "stages.png").read_bytes(), (plots / "loss.png").read_bytes()]
+    in_order = ("stages.png", "memory.png", "loss.png")  # the report's order
+    assert embedded == [(plots / name).read_bytes() for name in in_order]
     assert all(data[:8] == PNG_MAGIC for data in embedded)
 
 
@@ -49,6 +50,7 @@ def test_report_html_says_what_report_md_says(completed: Path) -> None:
         "Overview",
         "Where the time went",
         "Timeline",
+        "Where the memory went",
         "Training loss",
         "Per-epoch results",
         "Per-class test accuracy",

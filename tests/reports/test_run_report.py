@@ -17,9 +17,12 @@ from trainscope.records.run_dir import STAGES as ALL_STAGES
 from trainscope.reports import MISSING, RunReport, build_run_report, render_tables_rich
 
 # Stages of a one-process run: "comm" exists only with hand-written gradient sync.
-STAGES = tuple(s for s in ALL_STAGES if s not in ("comm", "checkpoint"))
+STAGES = tuple(s for s in ALL_STAGES if s not in ("comm", "checkpoint", "compile"))
 
-FIGURES = {"plots/stages.png", "plots/stages.svg", "plots/loss.png", "plots/loss.svg"}
+FIGURES = {"plots/stages.png", "plots/stages.svg", "plots/loss.png", "plots/loss.svg"} | {
+    "plots/memory.png",
+    "plots/memory.svg",
+}
 
 
 def rel_names(report: RunReport) -> set[str]:
@@ -44,7 +47,8 @@ def test_completed_report_writes_all_files(completed: Path) -> None:
     assert "![Training loss per step](plots/loss.png)" in md
     assert "First losses: 2.3000, 2.2900, 2.2700, 2.2100, 2.1500" in md
     assert "Run failed" not in md
-    assert list(report.tables) == ["overview", "attempts", "stages", "epochs", "per_class"]
+    tables = ["overview", "attempts", "stages", "epochs", "per_class", "memory"]
+    assert list(report.tables) == tables
 
 
 def test_markdown_stage_table_has_every_stage_and_adds_up(completed: Path) -> None:
@@ -70,9 +74,9 @@ def test_latex_is_balanced_and_uses_booktabs(completed: Path) -> None:
     assert latex_problems(tex) == []
     assert "\\usepackage{booktabs}" in tex.splitlines()[1] and tex.startswith("%")
     for env in ("table", "tabular"):
-        assert tex.count(f"\\begin{{{env}}}") == tex.count(f"\\end{{{env}}}") == 4
+        assert tex.count(f"\\begin{{{env}}}") == tex.count(f"\\end{{{env}}}") == 5
     for rule in ("toprule", "midrule", "bottomrule"):
-        assert tex.count(f"\\{rule}") == 4
+        assert tex.count(f"\\{rule}") == 5
     assert "\\label{tab:run-cpu-stages}" in tex
     assert "28.6\\%" in tex  # 1.2 s of 4.2 s, percent sign escaped
 
@@ -173,19 +177,21 @@ def test_rebuild_is_stable_and_drops_stale_figures(completed: Path) -> None:
     assert not (again.out_dir / "plots" / "loss.svg").exists()
     assert not [p.name for p in again.out_dir.iterdir() if p.suffix in (".png", ".svg")]
     assert rel_names(again) == {"plots/stages.png", "plots/stages.svg"} | {
+        "plots/memory.png",
+        "plots/memory.svg",
         "report.md",
         "report.html",
         "tables.tex",
     }
     assert "![Training loss per step]" not in again.markdown_path.read_text()
-    assert again.html_path.read_text().count("<img ") == 1  # the stage pie only
+    assert again.html_path.read_text().count("<img ") == 2  # the stage pie, the memory bar
 
 
 def test_render_tables_rich(completed: Path) -> None:
     from rich.console import Console
 
     tables = render_tables_rich(build_run_report(completed))
-    assert len(tables) == 4
+    assert len(tables) == 5
     console = Console(record=True, width=120)
     for t in tables:
         console.print(t)

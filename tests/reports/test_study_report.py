@@ -40,7 +40,7 @@ from trainscope.train.run import run as real_run
 from trainscope.workloads.base import Workload
 
 # Stages of a one-process run: "comm" exists only with hand-written gradient sync.
-STAGES = tuple(s for s in ALL_STAGES if s not in ("comm", "checkpoint"))
+STAGES = tuple(s for s in ALL_STAGES if s not in ("comm", "checkpoint", "compile"))
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -52,7 +52,7 @@ EXPECTED_PLOTS = {
     "loader": ["loader_sweep.png", "loader_sweep.svg", "loader_per_iteration.png"],
     "profile": ["stages.png"],
     # No memory plot: these runs share the test's process, whose peak RSS compares nothing.
-    "precision": ["precision_loss.png", "precision_time.png"],
+    "precision": ["precision_loss.png", "precision_memory.png", "precision_time.png"],
 }
 EXPECTED_TABLES = {
     "loader": {"sweep", "per_iteration"},

@@ -21,7 +21,7 @@ from trainscope.reports.tables import (
 )
 
 # Stages of a one-process run: "comm" exists only with hand-written gradient sync.
-STAGES = tuple(s for s in ALL_STAGES if s not in ("comm", "checkpoint"))
+STAGES = tuple(s for s in ALL_STAGES if s not in ("comm", "checkpoint", "compile"))
 
 SUMMARY = {
     "status": "completed",
@@ -147,9 +147,9 @@ def test_stage_table_rows_shares_and_total() -> None:
 
 
 def test_stage_table_keeps_negative_other_and_unknown_stages() -> None:
-    s = {"wall_time_s": 1.0, "stages_s": {"forward": 0.7, "other": -0.01, "compile": 0.31}}
+    s = {"wall_time_s": 1.0, "stages_s": {"forward": 0.7, "other": -0.01, "warp": 0.31}}
     rows = stage_table(s).rows
-    assert [r[0] for r in rows] == ["forward", "other", "compile", "total (wall)"]
+    assert [r[0] for r in rows] == ["forward", "other", "warp", "total (wall)"]
     assert rows[1][1:] == ["-0.010", "-1.0%"]
 
 

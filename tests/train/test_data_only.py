@@ -16,7 +16,7 @@ from trainscope.records import load_run
 from trainscope.train.run import run
 
 # Stages of a one-process run: "comm" exists only with hand-written gradient sync.
-STAGES = tuple(s for s in ALL_STAGES if s not in ("comm", "checkpoint"))
+STAGES = tuple(s for s in ALL_STAGES if s not in ("comm", "checkpoint", "compile"))
 
 pytestmark = pytest.mark.timeout(120)
 

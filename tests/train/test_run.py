@@ -21,7 +21,7 @@ from trainscope.reports.run_report import build_run_report
 from trainscope.train.run import run
 
 # Stages of a one-process run: "comm" exists only with hand-written gradient sync.
-STAGES = tuple(s for s in ALL_STAGES if s not in ("comm", "checkpoint"))
+STAGES = tuple(s for s in ALL_STAGES if s not in ("comm", "checkpoint", "compile"))
 
 SUMMARY_KEYS = {
     "status", "workload", "wall_time_s", "stages_s", "samples_per_s", "test_accuracy",
@@ -230,3 +230,19 @@ def test_synthetic_run_with_workers_and_options(tmp_path):
     assert summary["status"] == "completed" and summary["precision"] == "bf16"
     assert summary["steps"] == 16 and summary["samples"] == 512
     assert summary["stages_s"]["data_wait"] > 0
+
+
+def test_summary_counts_memory_by_component(default_run):
+    """Every run's summary names parameters, gradients, optimizer states and activations;
+    the parameter bytes are the saved weights' bytes (LeNet has no buffers)."""
+    out, summary, _ = default_run
+    mem = json.loads((out / "summary.json").read_text())["memory"]
+    for key in ("parameters_bytes", "gradients_bytes", "optimizer_states_bytes"):
+        assert isinstance(mem[key], int) and mem[key] > 0, key
+    assert mem["activations_bytes"] > 0 and mem["buffers_bytes"] == 0
+    assert mem["parameters_bytes"] == summary["weights"]["tensor_bytes"]
+    # SGD with momentum: one fp32 buffer per parameter; every parameter gets a gradient.
+    assert mem["gradients_bytes"] == mem["optimizer_states_bytes"] == mem["parameters_bytes"]
+    assert mem["parameters_bytes"] == 4 * summary["num_parameters"]
+    assert mem["step"] == 2 and mem["checkpointing"] == {"policy": "none", "blocks": 0}
+    assert mem["model_states_bytes"] == 3 * mem["parameters_bytes"]

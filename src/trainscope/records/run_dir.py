@@ -33,6 +33,7 @@ RUN_FILES = (
 # "other" is computed as wall - sum(the rest) and is reported, never hidden.
 STAGES = (
     "setup",
+    "compile",
     "data_wait",
     "h2d",
     "forward",
@@ -45,6 +46,7 @@ STAGES = (
 )
 STAGE_LABELS = {
     "setup": "setup (data, model)",
+    "compile": "compile (torch.compile)",
     "data_wait": "data wait",
     "h2d": "host-to-device copy",
     "forward": "forward",

@@ -97,6 +97,12 @@ def _suggest(stage: str, share: float, of: str, ctx: dict[str, Any]) -> str:
             f"{label} is {where}: evaluate less often (--eval-every, now "
             f"{_ctx(ctx, 'eval_every')}) or on a subsample of the validation set."
         )
+    if stage == "compile":
+        return (
+            f"{label} is {where}: a one-off cost that pays back only over enough steps. "
+            "Compare the steady-state step time with and without --compile: the run must "
+            "save more than this across its steps."
+        )
     if stage == "setup":
         return (
             f"{label} is {where}: fixed start-up costs (loading data, building the model, "

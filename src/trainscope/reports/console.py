@@ -36,7 +36,10 @@ def print_line(console: rich.console.Console, text: Any, *, newlines: bool = Fal
 
 
 def print_summary(console: rich.console.Console, summary: dict[str, Any]) -> None:
-    """The end-of-run summary: key figures, per-class accuracy, time by stage."""
-    for table in (overview_table(summary), per_class_table(summary), stage_table(summary)):
+    """The end-of-run summary: key figures, per-class accuracy, time by stage, memory."""
+    from trainscope.reports.memory import memory_table
+
+    tables = (overview_table(summary), per_class_table(summary), stage_table(summary))
+    for table in (*tables, memory_table(summary)):
         if table.rows:
             console.print(table_to_rich(table))

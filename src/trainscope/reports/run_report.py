@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainscope.records.run_dir import RunRecord, load_run
 from trainscope.reports.document import Document, escape_inline, inline_code, write_document
+from trainscope.reports.memory import memory_bars, memory_table
 from trainscope.reports.outdir import default_or, report_dir
 from trainscope.reports.plots import loss_curve, stage_pie
 from trainscope.reports.stragglers import straggler_section
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
     import rich.table
 
 # Table keys in the order they appear in report.md, tables.tex and on the console.
-TABLE_ORDER = ("overview", "attempts", "stages", "epochs", "per_class")
+TABLE_ORDER = ("overview", "attempts", "stages", "memory", "epochs", "per_class")
 
 # Figures go in a subfolder so the report files stay easy to spot in the output folder.
 PLOTS_DIR = "plots"
@@ -90,6 +91,7 @@ def _build_tables(record: RunRecord) -> dict[str, Table]:
         "stages": stage_table(summary),
         "epochs": epoch_table(summary),
         "per_class": per_class_table(summary),
+        "memory": memory_table(summary),
     }
     # Prefix labels with the run's name so tables of several runs can share a document.
     prefix = _slug(record.path.resolve().name)
@@ -161,6 +163,14 @@ def _build_document(
             "The same timeline as a Chrome trace, one track per rank and stage: "
             f"{inline_code(trace.name)} (open it in https://ui.perfetto.dev or chrome://tracing)."
         )
+
+    doc.heading("Where the memory went")
+    if "memory" in figures:
+        doc.figure(figures["memory"], "Memory by component (tensor bytes on one step)")
+    if tables["memory"].rows:
+        doc.table(tables["memory"])
+    else:
+        doc.paragraph("No memory was counted (a data-only run, or a record from before the meter).")
 
     doc.heading("Training loss")
     if "loss" in figures:
@@ -238,6 +248,10 @@ def _write_run_report(record: RunRecord, out: Path) -> RunReport:
     for key, files in (
         ("stages", stage_pie(summary, plots / "stages.png", plots / "stages.svg")),
         ("loss", loss_curve(record, plots / "loss.png", plots / "loss.svg")),
+        (
+            "memory",
+            memory_bars([record.path.name], [summary], plots / "memory.png", plots / "memory.svg"),
+        ),
     ):
         report.files += files
         if files:

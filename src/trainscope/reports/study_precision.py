@@ -6,6 +6,7 @@ from pathlib import Path
 
 from trainscope.records.study_dir import StudyRecord
 from trainscope.reports.document import Document, escape_inline
+from trainscope.reports.memory import MEMORY_NOTE, cuda_peak, memory_of
 from trainscope.reports.section import Section
 from trainscope.reports.stats import (
     SPREAD_NOTE,
@@ -45,7 +46,6 @@ def precision_sections(study: StudyRecord, doc: Document, plots: Path) -> Sectio
     mem_err: list[tuple[float, float] | None] = []
     stats: dict[str, dict[str, Spread]] = {}
     outliers: list[str] = []
-    mem_kind = None
     for cfg in study.configs():
         name = str(cfg.labels.get("precision", cfg.config))
         labels.append(name)
@@ -53,7 +53,7 @@ def precision_sections(study: StudyRecord, doc: Document, plots: Path) -> Sectio
         if not recs:
             why = cfg.reason if not cfg.applicable else "no completed run"
             # The reason is listed below the table: it is too long for a cell.
-            rows.append([name, "not applicable" if not cfg.applicable else why] + ["–"] * 8)
+            rows.append([name, "not applicable" if not cfg.applicable else why] + ["–"] * 10)
             for series in (times, time_err, mems, mem_err):
                 series.append(None)
             continue
@@ -65,11 +65,13 @@ def precision_sections(study: StudyRecord, doc: Document, plots: Path) -> Sectio
             "loss": spread(e.get("train_loss") for e in last),
             "train": spread(s.get("train_time_s") for s in summ),
             "rate": spread(rate(s) for s in summ),
-            "mem": spread(s.get("peak_memory_bytes") for s in summ),
+            "peak": spread(s.get("peak_memory_bytes") for s in summ),
+            # Counted tensor bytes of each run: comparable even in one shared process.
+            "mem": spread(memory_of(s).get("activations_bytes") for s in summ),
+            "states": spread(memory_of(s).get("model_states_bytes") for s in summ),
         }
         stats[name] = st
         skipped = max(int(s.get("skipped_steps") or 0) for s in summ)
-        mem_kind = summ[0].get("peak_memory_kind") or mem_kind
         for key in ("train", "rate"):
             outliers += [f"{name} repeat {recs[i].path.name}: {key}" for i in st[key].outliers]
         rows.append(
@@ -83,6 +85,8 @@ def precision_sections(study: StudyRecord, doc: Document, plots: Path) -> Sectio
                 fmt_spread(st["train"]),
                 fmt_spread(st["rate"], fmt_rate),
                 fmt_spread(st["mem"], fmt_bytes),
+                fmt_spread(st["states"], fmt_bytes),
+                fmt_spread(st["peak"], fmt_bytes) if cuda_peak(summ) else "–",
                 str(skipped),
             ]
         )
@@ -102,16 +106,18 @@ def precision_sections(study: StudyRecord, doc: Document, plots: Path) -> Sectio
             "Test acc",
             "Train time (s)",
             "Samples/s",
-            "Peak memory",
+            "Activations",
+            "Model states",
+            "CUDA peak",
             "Skipped steps",
         ],
         rows,
         f"Same workload, seed and data order under each precision; {SPREAD_NOTE}. Train "
         "time: the training epochs alone (no setup, no evaluation); samples/s: a repeat's "
-        f"samples over its train time. Peak memory: {mem_kind or 'n/a'}. Skipped steps: fp16 "
+        f"samples over its train time. {MEMORY_NOTE} Skipped steps: fp16 "
         "steps GradScaler skipped after an overflow (max over repeats).",
         "tab:precision",
-        "llrrrrrrrr",
+        "llrrrrrrrrrr",
     )
     section.tables["precision"] = table
     doc.table(table)
@@ -134,24 +140,23 @@ def precision_sections(study: StudyRecord, doc: Document, plots: Path) -> Sectio
     )
     if files:
         doc.figure(files[0], "Training time by precision (median and spread)", None)
-    comparable = mem_kind != "process_peak_rss" or study.fresh_processes
+    comparable = any(m is not None for m in mems)
     if comparable:
         files = bar_plot(
             labels,
             mems,
             mem_err,
             plots / "precision_memory.png",
-            ylabel=f"peak memory (MiB, {mem_kind or 'n/a'})",
-            title="Peak memory by precision",
+            ylabel="activations saved for backward (MiB)",
+            title="Saved activations by precision",
             na_text="not applicable",
         )
         if files:
-            doc.figure(files[0], "Peak memory by precision", None)
+            doc.figure(files[0], "Activations saved for backward, by precision", None)
     else:
         doc.note(
-            "Peak memory is the process's peak resident set size, and these runs shared one "
-            "process: a high-water mark of the whole study, which cannot tell precisions "
-            "apart. Run the study with a process per run (the default) to compare it."
+            "These runs counted no memory (records from before the memory meter); the "
+            "process's peak RSS they have cannot tell precisions apart in a shared process."
         )
     ref = stats.get("fp32")
     for name, st in stats.items():
@@ -162,7 +167,7 @@ def precision_sections(study: StudyRecord, doc: Document, plots: Path) -> Sectio
         parts.append(_points(name, st["test"], ref["test"], "test accuracy"))
         if comparable:
             parts.append(
-                compare_text(name, st["mem"], "fp32", ref["mem"], "peak memory", fmt=fmt_bytes)
+                compare_text(name, st["mem"], "fp32", ref["mem"], "activations", fmt=fmt_bytes)
             )
         prefix = f"{name} vs fp32: "
         text = prefix + "; ".join(p.removeprefix(prefix) for p in parts if p) + "."

@@ -9,6 +9,7 @@ from typing import Any
 from trainscope.records.run_dir import STAGE_LABELS, RunRecord
 from trainscope.records.study_dir import StudyRecord
 from trainscope.reports.document import Document, escape_inline
+from trainscope.reports.memory import cuda_peak, memory_of
 from trainscope.reports.plots import plain_text_figure
 from trainscope.reports.section import Section
 from trainscope.reports.stats import SPREAD_NOTE, TRAIN_STAGES, error_bar, fmt_spread, rate
@@ -38,6 +39,14 @@ def _per_iter_ms(summary: dict[str, Any], stage: str | None = None) -> float | N
 
 def _peak_per_rank(summary: dict[str, Any]) -> float | None:
     return summary.get("peak_memory_bytes_max_rank") or summary.get("peak_memory_bytes")
+
+
+def _counted_per_rank(summary: dict[str, Any], key: str) -> int | None:
+    """The largest rank's counted bytes of one memory component (``key`` of the memory
+    section): FSDP's shards make model states per rank shrink with the world size."""
+    every = [memory_of(r).get(key) for r in summary.get("ranks") or [] if isinstance(r, dict)]
+    every = [v for v in every if isinstance(v, int)]
+    return max(every) if every else memory_of(summary).get(key)
 
 
 def _stage_ms(recs: list[RunRecord]) -> dict[str, float]:
@@ -97,7 +106,10 @@ def strategies_sections(study: StudyRecord, doc: Document, plots: Path) -> Secti
     per_stage: dict[str, dict[str, float]] = {}
     spreads: dict[str, Spread] = {}
     notes: list[str] = []
-    mem_kind = None
+    measured = [
+        r.summary for c in study.configs() if c.applicable for r in study.measured(c.config)
+    ]
+    on_cuda = cuda_peak(measured)  # CUDA's allocator peak is per run; RSS is not shown
     for cfg in study.configs():
         name = str(cfg.labels.get("strategy", cfg.config))
         procs = cfg.labels.get("processes", 1)
@@ -105,12 +117,11 @@ def strategies_sections(study: StudyRecord, doc: Document, plots: Path) -> Secti
         recs = study.measured(cfg.config) if cfg.applicable else []
         if not recs:
             status = "not applicable" if not cfg.applicable else "no completed run"
-            rows.append([name, str(procs), "–", "–", status] + ["–"] * 5)
+            rows.append([name, str(procs), "–", "–", status] + ["–"] * (6 + on_cuda))
             iters.append(None)
             iter_err.append(None)
             continue
         summ = [r.summary for r in recs]
-        mem_kind = summ[0].get("peak_memory_kind") or mem_kind
         test = spread(s.get("test_accuracy") for s in summ)
         wall = spread(s.get("wall_time_s") for s in summ)
         per_iter = spread(_per_iter_ms(s) for s in summ)
@@ -138,8 +149,14 @@ def strategies_sections(study: StudyRecord, doc: Document, plots: Path) -> Secti
                 fmt_spread(per_iter),
                 comm,
                 fmt_spread(spread(rate(s) for s in summ), fmt_rate),
-                fmt_spread(spread(_peak_per_rank(s) for s in summ), fmt_bytes),
+                fmt_spread(
+                    spread(_counted_per_rank(s, "model_states_bytes") for s in summ), fmt_bytes
+                ),
+                fmt_spread(
+                    spread(_counted_per_rank(s, "activations_bytes") for s in summ), fmt_bytes
+                ),
             ]
+            + ([fmt_spread(spread(_peak_per_rank(s) for s in summ), fmt_bytes)] if on_cuda else [])
         )
         iters.append(per_iter.median)
         iter_err.append(error_bar(per_iter))
@@ -157,17 +174,21 @@ def strategies_sections(study: StudyRecord, doc: Document, plots: Path) -> Secti
             "Time/iter (ms)",
             "Comm/iter (ms)",
             "Samples/s",
-            "Peak mem/rank",
-        ],
+            "States/rank",
+            "Activations/rank",
+        ]
+        + (["CUDA peak/rank"] if on_cuda else []),
         rows,
         f"Same workload, seed and global batch under each strategy; {SPREAD_NOTE}. "
         "Time/iter: training time over optimizer steps. Comm/iter: the gradient-sync stage "
         "of the hand-written strategies, timed exactly; DDP and FSDP communicate inside "
         "backward (and FSDP forward), where it is part of those stages. Threads: torch "
-        "intra-op threads per process (torchrun sets 1 unless OMP_NUM_THREADS is set). Peak "
-        f"memory: the largest rank's ({mem_kind or 'n/a'}).",
+        "intra-op threads per process (torchrun sets 1 unless OMP_NUM_THREADS is set). "
+        "States/rank (parameters, gradients, optimizer states) and activations: tensor "
+        "bytes counted on one step, the largest rank's"
+        + ("; CUDA peak: max_memory_allocated of the largest rank." if on_cuda else "."),
         "tab:strategies",
-        "lrrrrrrrrr",
+        "lrrrrrrrrrr" + "r" * on_cuda,
     )
     section.tables["strategies"] = table
     doc.table(table)

@@ -408,6 +408,29 @@ def _env_get(env: dict[str, Any], *names: str) -> Any:
     return None
 
 
+# The components of a run's ``memory`` section, in the order they are shown.
+MEMORY_COMPONENTS = (
+    ("parameters_bytes", "parameters"),
+    ("gradients_bytes", "gradients"),
+    ("optimizer_states_bytes", "optimizer states"),
+    ("activations_bytes", "activations"),
+)
+
+
+def _memory_rows(summary: dict[str, Any]) -> list[list[object]]:
+    """Overview rows of the counted memory (tensor bytes), where the run has them."""
+    mem = summary.get("memory")
+    if not isinstance(mem, dict) or not isinstance(mem.get("parameters_bytes"), int):
+        return []
+    rows: list[list[object]] = [
+        [f"Memory: {label}", fmt_bytes(mem.get(key))] for key, label in MEMORY_COMPONENTS
+    ]
+    policy = (mem.get("checkpointing") or {}).get("policy")
+    if policy and policy != "none":
+        rows.append(["Activation checkpointing", _text(policy)])
+    return rows
+
+
 def overview_table(summary: dict[str, Any], env: dict[str, Any] | None = None) -> Table:
     """Key facts of one run as Field | Value rows; missing values show as an en dash.
 
@@ -447,6 +470,7 @@ def overview_table(summary: dict[str, Any], env: dict[str, Any] | None = None) -
         *_steady_rows(summary),
         ["MFU", _mfu(summary)],
         ["Peak memory", peak],
+        *_memory_rows(summary),
         ["Skipped steps", fmt_int(summary.get("skipped_steps"))],
         ["Timing mode", _text(summary.get("timing_mode"))],
         ["torch", _text(_env_get(env, "torch", "torch_version"))],

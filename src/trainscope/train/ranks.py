@@ -81,6 +81,7 @@ def rank_summary(info: DistInfo, summary: dict[str, Any], hostname: str) -> dict
         "comm",
         "clock",
         "steady_state",
+        "memory",
     )
     return {"rank": info.rank, "local_rank": info.local_rank, "host": hostname} | {
         k: summary.get(k) for k in keys

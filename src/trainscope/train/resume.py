@@ -38,6 +38,7 @@ MAY_CHANGE = (
     "data.prefetch_factor",
     "runtime.device",  # compared as the device type actually used, below
     "runtime.timing",
+    "runtime.checkpointing",  # recomputes the same values: memory and time change, not numbers
     "runtime.system_interval_s",
     "runtime.timing_warmup_steps",
     "runtime.progress",

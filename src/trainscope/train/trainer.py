@@ -19,6 +19,7 @@ import torch
 
 from trainscope.config import RunConfig, TrainConfig
 from trainscope.data.loaders import make_loader
+from trainscope.profiling.memory import MemoryProbe
 from trainscope.profiling.system import peak_rss_bytes
 from trainscope.profiling.timer import ProgressTimer, device_sync, make_stage_timer
 from trainscope.records import STAGES, RunWriter, atomic_write_json
@@ -28,6 +29,7 @@ from trainscope.runtime.dist import DistInfo, gather_objects
 from trainscope.strategies.base import Strategy
 from trainscope.tracking import Sinks
 from trainscope.train import faults, ranks
+from trainscope.train.compose import compile_warmup, compiled_graphs, compose
 from trainscope.train.console import RunConsole
 from trainscope.train.loop import (
     EpochProgress,
@@ -87,18 +89,6 @@ def build_optimizer(cfg: TrainConfig, params: Any) -> torch.optim.Optimizer:
     if cfg.optimizer == "adam":
         return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-
-
-def compose(model: torch.nn.Module, strategy: Strategy, device: torch.device) -> torch.nn.Module:
-    """The model as trained: moved to the device, then wrapped by the strategy.
-
-    The order is fixed because each step needs the one before: precision conversion of
-    parameters (none yet: every precision here is autocast over fp32 weights), activation
-    checkpointing and compilation (not offered yet) act on the plain module, and strategy
-    wrapping (DDP, FSDP sharding) comes last, around the finished module. The optimizer is
-    built afterwards, from the wrapped model's parameters (FSDP replaces them by shards).
-    """
-    return strategy.wrap(model.to(device))
 
 
 def _num_samples(dataset: Any) -> int | None:
@@ -161,7 +151,7 @@ class Trainer:
         seed_everything(cfg.train.seed)
         workload = self.workload = build_workload(cfg.workload, cache_dir())
         n_params = sum(p.numel() for p in workload.model.parameters())
-        model = compose(workload.model, ctx.strategy, ctx.device)
+        model, self.composed = compose(workload.model, ctx.strategy, ctx.device, cfg.runtime)
         lr = cfg.train.lr * (ctx.info.world_size if cfg.dist.scale_lr else 1)
         self.state = TrainState(
             model=model,
@@ -173,6 +163,17 @@ class Trainer:
             progress=self.progress,
         )
         self._make_loaders()
+        if cfg.runtime.compile and not cfg.train.data_only:
+            self._compile()
+        # The memory meter counts on the second step of this attempt (the first when the
+        # run takes one step only): by then the optimizer's states exist, as in every later
+        # step. Data-only runs take no model step: nothing to count.
+        planned = len(self.train_loader) * max(cfg.train.epochs - self.state.epoch, 1)
+        if cfg.train.max_steps_per_epoch:
+            planned = min(planned, cfg.train.max_steps_per_epoch * cfg.train.epochs)
+        self.step_fn = (
+            data_step if cfg.train.data_only else MemoryProbe(train_step, 2 if planned > 1 else 1)
+        )
         timer = make_stage_timer(ctx.device, cfg.runtime.timing)
         self.timer = ProgressTimer(timer, self.progress) if self.progress is not None else timer
         progress_timer = self.timer
@@ -199,7 +200,8 @@ class Trainer:
                 progress_timer.step = self.state.step
         if ctx.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(ctx.device)
-        own = time.perf_counter() - ctx.t_start  # this attempt's (a resume adds earlier ones)
+        # This attempt's setup (a resume adds earlier ones); compilation is its own stage.
+        own = time.perf_counter() - ctx.t_start - self.stages.get("compile", 0.0)
         self.stages["setup"] += own
         self.writer.log(
             "setup",
@@ -272,6 +274,16 @@ class Trainer:
             # Never a loss of 0 / accuracy of 0 from an empty split: say there is none.
             self._note(NO_VALIDATION)
 
+    def _compile(self) -> None:
+        """Compile now (one forward and backward that leave no trace): its own stage."""
+        seconds = compile_warmup(self)
+        self.stages["compile"] = seconds
+        self.compile_graphs = compiled_graphs()
+        self.composed["compile"].update(seconds=seconds, graphs=self.compile_graphs)
+        if self.compile_graphs == 0:
+            self._note("--compile: torch.compile captured no graph; the model ran eagerly")
+        self.writer.log("compile", seconds=seconds, graphs=self.compile_graphs)
+
     # --- epochs ----------------------------------------------------------------------
 
     def _on_steps(self, records: list[dict[str, Any]]) -> None:
@@ -301,7 +313,7 @@ class Trainer:
             max_steps=cfg.train.max_steps_per_epoch,
             log_every=cfg.train.log_every,
             on_steps=self._on_steps,
-            step_fn=data_step if cfg.train.data_only else train_step,
+            step_fn=self.step_fn,
             reduce_losses=self.reduce_losses,
             origin=self.ctx.origin,
             checkpoint_every=cfg.train.checkpoint_every,
@@ -433,6 +445,8 @@ class Trainer:
             stages.pop("comm")  # no separate communication stage: it is inside backward
         if not (cfg.train.checkpoint_every or cfg.train.checkpoint_every_epoch):
             stages.pop("checkpoint")  # none asked for: the record is as it always was
+        if not cfg.runtime.compile:
+            stages.pop("compile")
         # wall_time_s: from the run's start (after interpreter start-up and imports) to the
         # end of its last evaluation; the stages partition it. Saving weights and writing the
         # summary come after it (see "after_wall_s"); the process time adds the start-up.
@@ -472,12 +486,30 @@ class Trainer:
         else:
             summary["peak_memory_bytes"] = summary["peak_rss_bytes"]
             summary["peak_memory_kind"] = "process_peak_rss"
+        self._memory_figures()
         self._throughput_figures()
         self._gather_ranks()
         if cfg.train.save_weights and not cfg.train.data_only:
             t0 = time.perf_counter()
             self.save_weights()
             summary["after_wall_s"] = {"save_weights": time.perf_counter() - t0}
+
+    def _memory_figures(self) -> None:
+        """The ``memory`` section: what the probe step held, by component."""
+        composed, summary = self.composed, self.summary
+        if self.cfg.train.data_only:
+            summary["memory"] = {"note": "data-only run: no model step, nothing counted"}
+            return
+        compiled = composed.get("compile")
+        if compiled and compiled.get("graphs") is not None:
+            graphs = compiled_graphs()
+            # Graphs compiled after the warm-up (new shapes, say): inside step times.
+            compiled["recompiled_later"] = (graphs or 0) - compiled["graphs"]
+        summary["compile"] = compiled
+        summary["memory"] = self.step_fn.section(
+            checkpointing=composed["checkpointing"],
+            sharded=self.ctx.strategy.name == "fsdp",
+        )
 
     def _throughput_figures(self) -> None:
         """tokens/s and model FLOPs utilisation, where the workload states its sizes."""
@@ -529,6 +561,11 @@ class Trainer:
         self.summary["weights"] = {
             "file": path.name,
             "bytes": ranks.save_weights(path, full, skip),
+            # The tensors alone (the file adds a header): what the memory meter's parameter
+            # and buffer bytes are to equal.
+            "tensor_bytes": sum(
+                v.numel() * v.element_size() for k, v in full.items() if k not in skip
+            ),
         }
         artifacts = {f"{name}.json": obj for name, obj in self.workload.artifacts.items()}
         self.writer.record(*artifacts)  # listed first: what --overwrite may remove later

@@ -1,0 +1,276 @@
+"""Where a training step's memory goes, counted from the tensors themselves.
+
+A process's RSS (or one CUDA high-water mark) says how much memory there was, not what it
+held, and runs sharing a process share it. The meter here counts, on one chosen step of a
+run (the probe step), the bytes of:
+
+- **parameters** (and buffers, apart): every storage once (tied weights share one); under
+  FSDP, this rank's shards;
+- **gradients**: the ``.grad`` tensors at the moment the optimizer steps;
+- **optimizer states**: the tensors in ``optimizer.state`` after the step (momentum,
+  Adam's moments and step counters);
+- **activations**: what the forward and the loss keep for backward. Every tensor
+  autograd saves passes through ``torch.autograd.graph.saved_tensors_hooks``; their
+  storages are counted once each, parameters excluded (a view of a bigger tensor counts
+  that whole storage: it is what stays alive). A checkpointed block's inputs pass through
+  them too; under the selective policy the op outputs the checkpoint keeps do not, so the
+  block reports those and they are added. Low-precision copies of weights
+  that autocast makes and saves (bf16/fp16) are counted apart, as
+  ``autocast_weight_copies``;
+- on CUDA also ``max_memory_allocated`` / ``max_memory_reserved`` per stage of the probe
+  step (the peak statistics are reset at each stage boundary, so a peak belongs to the
+  stage that reached it).
+
+The counting happens in hooks during the probe step only (the second step of an attempt,
+when there is one: by then the optimizer's states exist, as in every later step); its cost
+lands in that step, which is inside the timing warm-up by default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+METHOD = (
+    "tensor bytes counted on one training step (each storage once): parameters and "
+    "buffers from the model, gradients as the optimizer steps, optimizer states after it, "
+    "activations from autograd's saved-tensor hooks plus what checkpointed blocks keep"
+)
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """A DTensor's local shard (FSDP); any other tensor as it is."""
+    to_local = getattr(t, "to_local", None)
+    return to_local() if callable(to_local) else t
+
+
+def _key(t: torch.Tensor) -> tuple[str, int] | None:
+    """Identity of a tensor's storage (None for an empty one, which holds no bytes)."""
+    s = _local(t).untyped_storage()
+    ptr = s.data_ptr()
+    return (str(t.device), ptr) if ptr else None
+
+
+class StorageTally:
+    """Bytes of distinct storages: adding a tensor whose storage was seen adds nothing."""
+
+    def __init__(self, exclude: Iterable[tuple[str, int]] = ()) -> None:
+        self.seen: set[tuple[str, int]] = set(exclude)
+        self.bytes = 0
+        self.tensors = 0
+
+    def add(self, t: torch.Tensor) -> int:
+        """Count ``t``'s storage if new; returns the bytes added."""
+        key = _key(t)
+        if key is None or key in self.seen:
+            return 0
+        self.seen.add(key)
+        n = _local(t).untyped_storage().nbytes()
+        self.bytes += n
+        self.tensors += 1
+        return n
+
+
+def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
+    """Bytes of the distinct storages behind ``tensors``."""
+    tally = StorageTally()
+    for t in tensors:
+        tally.add(t)
+    return tally.bytes
+
+
+def optimizer_state_tensors(optimizer: torch.optim.Optimizer) -> Iterator[torch.Tensor]:
+    """Every tensor the optimizer keeps per parameter."""
+    for entry in optimizer.state.values():
+        for v in entry.values():
+            if isinstance(v, torch.Tensor):
+                yield v
+
+
+def _is_weight_copy(t: torch.Tensor) -> bool:
+    """A low-precision copy of a parameter made by autocast (or a view of one, such as the
+    transpose a Linear saves): ``param.to(bf16)`` a few view steps up its graph."""
+    fn = t.grad_fn
+    for _ in range(4):  # the copy, or views of it (t(), view, expand): a short chain
+        if fn is None:
+            return False
+        nxt = [f for f, _ in fn.next_functions if f is not None]
+        if type(fn).__name__ == "ToCopyBackward0":
+            leaf = getattr(nxt[0], "variable", None) if len(nxt) == 1 else None
+            return isinstance(leaf, nn.Parameter)
+        if len(nxt) != 1:
+            return False
+        fn = nxt[0]
+    return False
+
+
+@dataclass
+class ActivationCount:
+    """Saved-for-backward bytes of one step, by where they were found."""
+
+    saved_by_autograd_bytes: int = 0
+    selective_saved_bytes: int = 0
+    autocast_weight_copies_bytes: int = 0
+    tensors: int = 0
+
+    @property
+    def total_bytes(self) -> int:
+        """Activations proper (weight copies are reported apart)."""
+        return self.saved_by_autograd_bytes + self.selective_saved_bytes
+
+
+class SavedActivations:
+    """Context manager counting what autograd saves for backward while it is active."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+        params = [p for p in model.parameters()]
+        self.tally = StorageTally(k for p in params if (k := _key(p)) is not None)
+        self.copies = StorageTally()
+        self.count = ActivationCount()
+        self._hooks: Any = None
+        self._blocks: list[nn.Module] = []
+
+    @torch.compiler.disable  # bookkeeping: never traced into a compiled model's graph
+    def _pack(self, t: torch.Tensor) -> torch.Tensor:
+        if isinstance(t, nn.Parameter):  # FSDP's unsharded parameters among them
+            return t
+        if _is_weight_copy(t):
+            self.count.autocast_weight_copies_bytes += self.copies.add(t)
+        else:
+            self.count.saved_by_autograd_bytes += self.tally.add(t)
+        return t
+
+    def __enter__(self) -> SavedActivations:
+        from trainscope.checkpointing import checkpointed_blocks
+
+        self._blocks = checkpointed_blocks(self.model)
+        for block in self._blocks:
+            block._trainscope_kept = []
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._hooks.__exit__(*exc)
+        for block in self._blocks:
+            for kept in block._trainscope_kept:
+                for t in kept.saved:
+                    self.count.selective_saved_bytes += self.tally.add(t)
+            block._trainscope_kept = None
+        self.count.tensors = self.tally.tensors
+
+
+class _PeakTimer:
+    """A stage timer that also reads the CUDA allocator's peaks at each stage boundary
+    (and resets them, so each peak belongs to one stage). Host calls: no device sync."""
+
+    def __init__(self, timer: Any, device: torch.device) -> None:
+        self.timer, self.device = timer, device
+        self.allocated: dict[str, int] = {}
+        self.reserved: dict[str, int] = {}
+        self.kind = getattr(timer, "kind", None)
+
+    def start_step(self) -> None:
+        torch.cuda.reset_peak_memory_stats(self.device)
+        self.timer.start_step()
+
+    def mark(self, stage: str) -> None:
+        self.timer.mark(stage)
+        self.allocated[stage] = torch.cuda.max_memory_allocated(self.device)
+        self.reserved[stage] = torch.cuda.max_memory_reserved(self.device)
+        torch.cuda.reset_peak_memory_stats(self.device)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.timer, name)
+
+
+StepFn = Callable[[Any, Any, Any], Any]
+
+
+@dataclass
+class MemoryProbe:
+    """Wraps a step function; on call number ``at`` (1-based) it counts what the step
+    holds (see module docs) and keeps the figures for :meth:`section`."""
+
+    step_fn: StepFn
+    at: int = 2
+    calls: int = 0
+    figures: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+    def __call__(self, state: Any, batches: Any, timer: Any) -> Any:
+        self.calls += 1
+        if self.calls != self.at:
+            return self.step_fn(state, batches, timer)
+        return self._probe(state, batches, timer)
+
+    def _probe(self, state: Any, batches: Any, timer: Any) -> Any:
+        model, optimizer = state.model, state.optimizer
+        grads: dict[str, int] = {}
+
+        def before_step(opt: torch.optim.Optimizer, *_: Any) -> None:
+            params = (p for g in opt.param_groups for p in g["params"])
+            grads["bytes"] = tensor_bytes(p.grad for p in params if p.grad is not None)
+
+        handle = optimizer.register_step_pre_hook(before_step)
+        peaks = _PeakTimer(timer, state.device) if state.device.type == "cuda" else None
+        try:
+            with SavedActivations(model) as saved:
+                out = self.step_fn(state, batches, peaks or timer)
+        finally:
+            handle.remove()
+        act = saved.count
+        self.figures = {
+            "step": state.step,
+            "parameters_bytes": tensor_bytes(model.parameters()),
+            "buffers_bytes": tensor_bytes(model.buffers()),
+            "gradients_bytes": grads.get("bytes"),
+            "optimizer_states_bytes": tensor_bytes(optimizer_state_tensors(optimizer)),
+            "activations_bytes": act.total_bytes,
+            "activations": {
+                "saved_by_autograd_bytes": act.saved_by_autograd_bytes,
+                "selective_saved_bytes": act.selective_saved_bytes,
+                "autocast_weight_copies_bytes": act.autocast_weight_copies_bytes,
+                "storages": act.tensors,
+            },
+        }
+        if peaks is not None:
+            self.figures["cuda"] = {
+                "stage_peak_allocated_bytes": peaks.allocated,
+                "stage_peak_reserved_bytes": peaks.reserved,
+            }
+        return out
+
+    def section(self, **extra: Any) -> dict[str, Any]:
+        """The ``memory`` section of ``summary.json`` (``extra``: checkpointing, sharding)."""
+        f = self.figures
+        if not f:
+            return {
+                "method": METHOD,
+                "note": f"no step {self.at} was taken: nothing counted",
+                **extra,
+            }
+        states = [f["parameters_bytes"], f["gradients_bytes"] or 0, f["optimizer_states_bytes"]]
+        return {
+            "method": METHOD,
+            **f,
+            "model_states_bytes": sum(states),
+            "total_bytes": sum(states) + f["buffers_bytes"] + f["activations_bytes"],
+            **extra,
+        }
+
+
+__all__ = [
+    "METHOD",
+    "ActivationCount",
+    "MemoryProbe",
+    "SavedActivations",
+    "StorageTally",
+    "optimizer_state_tensors",
+    "tensor_bytes",
+]
