@@ -65,6 +65,8 @@ def one_error_line(err: str, *needles: str) -> str:
         (["study", "profile", "--repeats", "0"], ["--repeats", "0"]),
         (["study", "profile", "--set", "data.batch_size=0"], ["batch_size"]),
         (["study", "nope"], ["nope"]),
+        (["study", "checkpointing", "--policies", "none,every-0"], ["every-0", "policy"]),
+        (["study", "checkpointing", "--policies", ","], ["--policies"]),
     ],
 )
 def test_bad_study_input_is_one_line_exit_2_and_runs_nothing(capsys, tmp_path, argv, needles):
@@ -158,3 +160,29 @@ def test_compare_two_runs_of_a_study(capsys, tmp_path):
     assert [c.strip() for c in header.strip("|").split("|")] == ["", "r1", "r2"]
     assert "Comparison of 2 runs" in md
     assert "r1" in out and "r2" in out  # the table on the console too
+
+
+def test_a_tiny_checkpointing_study_measures_memory_against_time(capsys, tmp_path):
+    """Two policies on LeNet's three blocks: full keeps less for backward than none, the
+    losses are the same, and the report says both with the figures behind them."""
+    study_dir = tmp_path / "ckpt"
+    argv = [
+        "study", "checkpointing", "--workload", "digits", "--epochs", "1",
+        "--max-steps-per-epoch", "8", "--timing-warmup", "2", "--repeats", "2", "--no-warmup",
+        "--policies", "none,full", "--out", str(study_dir), "-q",
+    ]  # fmt: skip
+    code, _, err = run_main(capsys, *argv)
+    assert code == 0, err
+    study = json.loads((study_dir / "study.json").read_text())
+    assert study["kind"] == "checkpointing" and study["status"] == "completed"
+    assert study["base_config"]["workload"]["name"] == "digits"  # named: no default GPT
+    runs = summaries(study_dir)
+    mems = {k: json.loads(v[1])["memory"] for k, v in runs.items()}
+    none, full = mems["none/r1"], mems["full/r1"]
+    assert none["checkpointing"]["blocks"] == 0 and full["checkpointing"]["blocks"] == 3
+    assert full["activations_bytes"] < none["activations_bytes"]
+    assert full["model_states_bytes"] == none["model_states_bytes"]
+    md = (study_dir / "report" / "report.md").read_text()
+    assert "## Activation checkpointing" in md
+    assert "full vs none: activations 0." in md and "first losses identical" in md
+    assert (study_dir / "report" / "plots" / "checkpointing_frontier.png").is_file()

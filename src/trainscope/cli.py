@@ -101,7 +101,9 @@ STUDY_HELP = {
     "profile": "stage breakdown of a training run, with the biggest stage and what to do",
     "precision": "fp32 vs tf32 vs fp16+GradScaler vs bf16: loss, accuracy, time, memory",
     "strategies": "single, dp, ddp, fsdp, gather-scatter, allreduce (--nproc N processes): "
-    "accuracy, time and communication per iteration, peak memory per rank",
+    "accuracy, time and communication per iteration, memory per rank",
+    "checkpointing": "activation checkpointing none / every-K / selective / full: saved "
+    "activations vs step time (default workload: a 4-block gpt-char)",
 }
 
 
@@ -175,6 +177,13 @@ def _add_study_parser(sub: Any) -> None:
                 default=",".join(STRATEGY_CONFIGS),
                 metavar="LIST",
                 help="configurations to compare (default all: " + ",".join(STRATEGY_CONFIGS) + ")",
+            )
+        if name == "checkpointing":
+            p.add_argument(
+                "--policies",
+                default="none,every-2,selective,full",
+                metavar="LIST",
+                help="policies to compare (default none,every-2,selective,full)",
             )
         if name == "precision":
             p.add_argument(
@@ -356,6 +365,12 @@ def cmd_study(args: argparse.Namespace) -> int:
         # --nproc is the study's process count; each configuration sets its own strategy.
         nproc = overrides.pop("dist.nproc", 2)
         overrides.pop("dist.strategy", None)
+    if args.study == "checkpointing":
+        overrides.pop("runtime.checkpointing", None)  # each configuration sets its own
+        if args.config is None and "workload.name" not in overrides:
+            from trainscope.studies.checkpointing import DEFAULT_WORKLOAD
+
+            overrides = {**DEFAULT_WORKLOAD, **overrides}
     cfg = resolve(args.config, overrides)
     base = {**cfg.to_dict(), "out": None, "overwrite": False, "resume": False}
     options: dict[str, Any] = {
@@ -377,6 +392,15 @@ def cmd_study(args: argparse.Namespace) -> int:
         from trainscope.config import PRECISIONS
 
         options["precisions"] = _name_list("precisions", args.precisions, PRECISIONS)
+    if args.study == "checkpointing":
+        from trainscope.config import checkpointing_policy
+
+        policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+        for p in policies:
+            checkpointing_policy(p)
+        if not policies:
+            raise ConfigError("--policies: give at least one policy")
+        options["policies"] = policies
     if args.study == "strategies":
         options["strategies"] = _name_list("strategies", args.strategies, STRATEGY_CONFIGS)
         options["nproc"] = _positive_arg("nproc", nproc)

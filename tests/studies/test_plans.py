@@ -7,9 +7,9 @@ from collections import Counter
 import pytest
 import torch
 
-from trainscope.config import PRECISIONS, from_dict, merge
+from trainscope.config import PRECISIONS, ConfigError, from_dict, merge
 from trainscope.errors import TrainscopeError
-from trainscope.studies import STUDY_KINDS, loader, precision, profile
+from trainscope.studies import STUDY_KINDS, checkpointing, loader, precision, profile
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -27,7 +27,7 @@ def repeat_counts(plan):
 
 
 def test_every_kind_has_a_planner():
-    assert set(STUDY_KINDS) == {"loader", "profile", "precision", "strategies"}
+    assert set(STUDY_KINDS) == {"loader", "profile", "precision", "strategies", "checkpointing"}
 
 
 # ---------------------------------------------------------------------------- loader
@@ -173,3 +173,22 @@ def test_profile_plan():
     no_warm = profile.plan(BASE, CPU, repeats=2, warmup=False)
     assert [r.id for r in no_warm.runs] == ["run/r1", "run/r2"]
     assert no_warm.options["warmup"] is False
+
+
+# ---------------------------------------------------------------------------- checkpointing
+
+
+def test_checkpointing_plan_has_one_configuration_per_policy():
+    plan = checkpointing.plan(BASE, CPU, repeats=2)
+    firsts = first_runs(plan)
+    assert list(firsts) == list(checkpointing.DEFAULT_POLICIES)
+    assert {k: r.overrides for k, r in firsts.items()} == {
+        p: {"runtime.checkpointing": p} for p in checkpointing.DEFAULT_POLICIES
+    }
+    assert set(repeat_counts(plan).values()) == {2}
+    assert plan.runs[0].warmup and plan.options["policies"] == list(firsts)
+
+
+def test_checkpointing_plan_refuses_an_unknown_policy():
+    with pytest.raises(ConfigError, match="every-0"):
+        checkpointing.plan(BASE, CPU, policies=["none", "every-0"])

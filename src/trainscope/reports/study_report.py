@@ -175,6 +175,8 @@ def _write_study_report(study: StudyRecord, out: Path) -> StudyReport:
         from trainscope.reports.study_precision import precision_sections as build
     elif kind == "strategies":
         from trainscope.reports.study_strategies import strategies_sections as build
+    elif kind == "checkpointing":
+        from trainscope.reports.study_checkpointing import checkpointing_sections as build
     else:
         doc.note(
             f"Unknown study kind {escape_inline(repr(kind))}: this trainscope cannot report it."

@@ -5,4 +5,4 @@ Each study module has a ``plan(base_config, device, **options) -> StudyPlan``;
 ``trainscope.reports.study_report`` turns the study directory into a report.
 """
 
-STUDY_KINDS = ("loader", "profile", "precision", "strategies")
+STUDY_KINDS = ("loader", "profile", "precision", "strategies", "checkpointing")

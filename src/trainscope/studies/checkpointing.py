@@ -1,0 +1,53 @@
+"""``study checkpointing``: none / every-K / selective / full activation checkpointing.
+
+The same workload, seed and data order under each policy: what each keeps for backward
+(saved-activation bytes, counted from the tensors), what it costs in step time (the
+recomputation), and that the losses stay those of ``none``. The seeds' "O(n) -> O(c)
+memory for O(n - c) recompute", measured.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from trainscope.config import checkpointing_policy
+from trainscope.records.study_dir import PlannedRun, StudyPlan
+from trainscope.studies.base import finish_plan, repeats_of
+
+FRESH_PROCESS = False
+"""The figures compared are each run's own (counted tensor bytes, steady-state step time),
+so the runs may share a process; ``--fresh-processes`` gives each its own."""
+
+DEFAULT_POLICIES = ("none", "every-2", "selective", "full")
+
+# Without a workload named on the command line or in --config: a 4-block character GPT
+# that runs on a CPU in seconds per configuration (see cli.cmd_study).
+DEFAULT_WORKLOAD: dict[str, Any] = {
+    "workload.name": "gpt-char",
+    "workload.options.preset": "tiny",
+    "workload.options.n_layer": 4,
+    "train.epochs": 1,
+    "train.max_steps_per_epoch": 30,
+}
+
+
+def plan(
+    base_config: dict[str, Any],
+    device: torch.device,
+    *,
+    repeats: int = 3,
+    warmup: bool = True,
+    policies: list[str] | None = None,
+) -> StudyPlan:
+    """One configuration per checkpointing policy, each repeated."""
+    policies = list(DEFAULT_POLICIES) if policies is None else policies
+    runs: list[PlannedRun] = []
+    for p in policies:
+        checkpointing_policy(p)  # a bad name: one line before anything runs
+        runs += repeats_of(
+            p, repeats, labels={"checkpointing": p}, overrides={"runtime.checkpointing": p}
+        )
+    options = {"repeats": repeats, "warmup": warmup, "policies": policies, "device": str(device)}
+    return finish_plan("checkpointing", base_config, options, runs, warmup)
