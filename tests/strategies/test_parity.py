@@ -256,3 +256,26 @@ def test_ddp_in_a_world_of_one_has_a_process_group(strategy_run: Callable[..., P
     assert summary["parallel"]["backend"] == "gloo" and summary["world_size"] == 1
     assert "comm" not in summary["stages_s"]
     assert summary["comm"]["hook_buckets"] >= STEPS
+
+
+@pytest.mark.timeout(LAUNCH_TIMEOUT)
+def test_memory_per_rank_shows_fsdp_sharding(single: Path, strategy_run) -> None:
+    """The meter counts each rank's own tensors: DDP replicates the model states on every
+    rank, FSDP splits them (each rank about half, padding aside); each rank saves the
+    activations of its half of the batch."""
+    full = json.loads((single / "summary.json").read_text())["memory"]
+    for strategy in ("ddp", "fsdp"):
+        ranks = json.loads((strategy_run(strategy) / "summary.json").read_text())["ranks"]
+        mems = [r["memory"] for r in ranks]
+        assert len(mems) == WORLD
+        for m in mems:
+            assert m["activations_bytes"] < full["activations_bytes"]
+            if strategy == "ddp":
+                assert m["parameters_bytes"] == full["parameters_bytes"]
+                assert m["model_states_bytes"] == full["model_states_bytes"]
+            else:
+                assert m["sharded"] is True
+                assert m["parameters_bytes"] < 0.6 * full["parameters_bytes"]
+        if strategy == "fsdp":  # the shards cover the model (dim-0 padding adds a little)
+            total = sum(m["parameters_bytes"] for m in mems)
+            assert full["parameters_bytes"] <= total < 1.05 * full["parameters_bytes"]
