@@ -92,6 +92,21 @@ def build_parser() -> argparse.ArgumentParser:
     p_cmp.add_argument("run_dirs", metavar="RUN_DIR", nargs="+")
     p_cmp.add_argument("--out", metavar="DIR", default="compare", help="default ./compare")
     p_cmp.add_argument("--quiet", "-q", action="store_true", help="print errors only")
+
+    p_q = sub.add_parser(
+        "quantize",
+        help="INT8 weights of a run's Linear layers (torchao), evaluated against fp32",
+        description="Quantize RUN_DIR's trained Linear layers to INT8 (dynamic activation "
+        "quantization, torchao), evaluate both on the run's test (else validation) split and "
+        "write RUN_DIR/quantize.json; `trainscope report RUN_DIR` shows it.",
+    )
+    p_q.add_argument("run_dir", metavar="RUN_DIR")
+    p_q.add_argument("--device", default="cpu", metavar="DEV", help="auto | cpu | cuda | cuda:N")
+    p_q.add_argument("--batch-size", type=int, default=None, metavar="N", help="the run's")
+    p_q.add_argument(
+        "--repeats", type=int, default=None, metavar="N", help="timed evaluations (auto, 1-5)"
+    )
+    p_q.add_argument("--quiet", "-q", action="store_true", help="print errors only")
     return parser
 
 
@@ -315,6 +330,20 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_quantize(args: argparse.Namespace) -> int:
+    """``trainscope quantize RUN_DIR``."""
+    from trainscope.quantize import format_quantize, quantize_run
+
+    result = quantize_run(
+        args.run_dir, device=args.device, batch_size=args.batch_size, repeats=args.repeats
+    )
+    if not args.quiet:
+        for line in format_quantize(result):
+            print(terminal_text(line))
+        print(terminal_text(f"wrote {Path(args.run_dir) / 'quantize.json'}"))
+    return 0
+
+
 def cmd_sample(args: argparse.Namespace) -> int:
     """``trainscope sample RUN_DIR``."""
     from trainscope.sample import check_settings, sample_from_run
@@ -470,6 +499,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "study": cmd_study,
         "compare": cmd_compare,
         "sample": cmd_sample,
+        "quantize": cmd_quantize,
     }
     from trainscope.signals import signals_end_runs
 

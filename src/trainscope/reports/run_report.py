@@ -27,6 +27,7 @@ from trainscope.reports.document import Document, escape_inline, inline_code, wr
 from trainscope.reports.memory import memory_bars, memory_table
 from trainscope.reports.outdir import default_or, report_dir
 from trainscope.reports.plots import loss_curve, stage_pie
+from trainscope.reports.quantize_section import quantize_section
 from trainscope.reports.stragglers import straggler_section
 from trainscope.reports.tables import (
     Table,
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
     import rich.table
 
 # Table keys in the order they appear in report.md, tables.tex and on the console.
-TABLE_ORDER = ("overview", "attempts", "stages", "memory", "epochs", "per_class")
+TABLE_ORDER = ("overview", "attempts", "stages", "memory", "epochs", "per_class", "quantize")
 
 # Figures go in a subfolder so the report files stay easy to spot in the output folder.
 PLOTS_DIR = "plots"
@@ -189,6 +190,13 @@ def _build_document(
     if tables["per_class"].rows:
         doc.heading("Per-class test accuracy")
         doc.table(tables["per_class"])
+    quantized = quantize_section(record.path, doc)  # after `trainscope quantize RUN_DIR`
+    if quantized is not None and "quantize" in quantized.tables:
+        table = quantized.tables["quantize"]
+        prefix = _slug(record.path.resolve().name)
+        tables["quantize"] = dataclasses.replace(
+            table, label=table.label.replace("tab:", f"tab:{prefix}-", 1)
+        )
     return doc
 
 
@@ -202,8 +210,10 @@ def _render_latex(record: RunRecord, report: RunReport) -> str:
         "",
     ]
     for key in TABLE_ORDER:
-        table = report.tables[key]
-        if table.rows:  # an empty tabular is a LaTeX error, not an empty table
+        # "quantize" exists only after `trainscope quantize`; an empty tabular is a LaTeX
+        # error, not an empty table.
+        table = report.tables.get(key)
+        if table is not None and table.rows:
             tex += [table.to_latex()]
     return "\n".join(tex)
 

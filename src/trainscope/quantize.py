@@ -1,0 +1,526 @@
+"""INT8 post-training quantization of a finished run: ``trainscope quantize RUN_DIR``.
+
+The run's model is rebuilt from ``config.yaml`` (data read offline: nothing downloads),
+its trained weights loaded from ``model.safetensors``, and every ``nn.Linear`` layer of a
+copy quantized by torchao's ``Int8DynamicActivationInt8WeightConfig``: weights stored as
+int8 with one fp32 scale per output channel (symmetric), activations quantized to int8
+per row (per token) at run time, the matrix product in int8. Both models are evaluated
+on the run's test split (its validation split when it has no test split) and compared:
+tensor bytes, loss / accuracy / perplexity, evaluation time. The result goes to
+``RUN_DIR/quantize.json`` (recorded in the run's marker first) and into the run's report.
+
+torchao is optional (``pip install 'trainscope[quant]'``) and imported only here, inside
+functions; ``torch.ao.quantization`` is deprecated and not used. Convolutions, embeddings
+and norms stay fp32: only Linear layers are quantized, as the method defines.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+import os
+import platform
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from trainscope.errors import ConfigError, DataError, TrainscopeError
+
+RESULT_FILE = "quantize.json"
+WEIGHTS_FILE = "model.safetensors"
+SCHEMA_VERSION = 1
+METHOD = "Int8DynamicActivationInt8WeightConfig"
+TORCHAO_MISSING = "quantize needs torchao: pip install 'trainscope[quant]'"
+TORCHAO_MIN = "0.13"
+"""The oldest torchao whose int8 dynamic quantization was checked to run on CPU."""
+
+MAX_REPEATS = 5
+REPEAT_BUDGET_S = 30.0
+"""Timed repeats (after one warm-up pass of each model) are as many as fit in this many
+seconds of evaluation, from 1 to :data:`MAX_REPEATS`."""
+
+BYTES_HOW = (
+    "tensor bytes of every parameter and buffer (tied ones once); a torchao quantized "
+    "weight counts every tensor it is made of (int8 data, fp32 scales, zero points)"
+)
+
+
+# ---------------------------------------------------------------------------------------
+# torchao
+# ---------------------------------------------------------------------------------------
+
+
+def _import_torchao() -> tuple[Any, Any, Any]:
+    """``(torchao, quantize_, Int8DynamicActivationInt8WeightConfig)``, or one ConfigError.
+
+    torchao logs a warning for each of its CUDA-only kernels that a CPU build of torch
+    cannot load, and torch one about an Enum it registers; none matters here, so both
+    loggers are quiet while it is imported (and as they were afterwards).
+    """
+    loggers = [logging.getLogger(name) for name in ("torchao", "torch.utils._pytree")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        import torchao
+        import torchao.quantization as tq
+    except ImportError:
+        raise ConfigError(TORCHAO_MISSING) from None
+    except Exception as exc:  # a torchao built for another torch may fail in other ways
+        import torch
+
+        reason = " ".join(str(exc).split())[:200] or type(exc).__name__
+        raise ConfigError(
+            f"torchao cannot be imported beside torch {torch.__version__} ({reason}): "
+            "pip install 'trainscope[quant]'"
+        ) from None
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+    version = getattr(torchao, "__version__", "unknown")
+    config = getattr(tq, METHOD, None)
+    if config is None or not hasattr(tq, "quantize_"):
+        raise ConfigError(
+            f"torchao {version} has no {METHOD} (needs torchao >= {TORCHAO_MIN}): "
+            "pip install -U 'trainscope[quant]'"
+        )
+    return torchao, tq.quantize_, config
+
+
+def _make_config(config_cls: Any) -> Any:
+    """The config with its defaults, except that it leaves torch.compile's global
+    settings alone (``set_inductor_config``): nothing is compiled here."""
+    names = {f.name for f in dataclasses.fields(config_cls)}
+    return config_cls(**({"set_inductor_config": False} if "set_inductor_config" in names else {}))
+
+
+# ---------------------------------------------------------------------------------------
+# Counting bytes
+# ---------------------------------------------------------------------------------------
+
+
+def tensor_bytes(t: Any) -> int:
+    """Bytes a tensor holds, counted through tensor subclasses.
+
+    A plain tensor is ``numel x element_size``. A torchao quantized weight is a tensor
+    subclass that wraps other tensors (``Int8Tensor``: int8 ``qdata``, fp32 per-row
+    ``scale`` and a ``zero_point``; older torchao nests an ``AffineQuantizedTensor``
+    inside a ``LinearActivationQuantizedTensor``). Its own ``numel x element_size`` would
+    report the fp32 size it poses as; instead every inner tensor its
+    ``__tensor_flatten__`` names is counted, recursively, so the int8 data and its scales
+    (and zero points, even where symmetric quantization keeps them all zero) all count.
+    """
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+    if is_traceable_wrapper_subclass(t):
+        names, _ = t.__tensor_flatten__()
+        inner = (getattr(t, name) for name in names)
+        return sum(tensor_bytes(x) for x in inner if x is not None)
+    return t.numel() * t.element_size()
+
+
+def model_bytes(model: Any) -> int:
+    """Tensor bytes of a model's parameters and buffers; a tied tensor counts once."""
+    seen: set[int] = set()
+    total = 0
+    for t in [*model.parameters(), *model.buffers()]:
+        if id(t) not in seen:
+            seen.add(id(t))
+            total += tensor_bytes(t)
+    return total
+
+
+def _linear_layers(model: Any) -> dict[str, Any]:
+    import torch
+
+    return {name: m for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+
+
+def _tied_linears(model: Any, linears: dict[str, Any]) -> list[str]:
+    """Linear layers whose weight is also another parameter (a tied LM head): quantizing
+    the layer gives it an int8 copy, and the other user (an embedding) keeps fp32."""
+    names: dict[int, list[str]] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(p), []).append(name)
+    return [n for n, m in linears.items() if len(names.get(id(m.weight), ())) > 1]
+
+
+def _is_quantized(weight: Any) -> bool:
+    import torch
+
+    return type(weight) not in (torch.Tensor, torch.nn.Parameter)
+
+
+# ---------------------------------------------------------------------------------------
+# The run directory
+# ---------------------------------------------------------------------------------------
+
+
+def _check_run_dir(run_dir: str | os.PathLike[str]) -> Path:
+    """The run directory, or one line saying why ``run_dir`` is not one to quantize."""
+    root = Path(run_dir).expanduser()
+    if root.is_symlink():
+        # As everywhere trainscope writes: never through a link.
+        raise TrainscopeError(
+            f"run directory {root} is a symbolic link; trainscope never writes through a "
+            "link: give the directory it points to"
+        )
+    if not root.is_dir():
+        raise TrainscopeError(f"run directory {root} does not exist or is not a directory")
+    for name in ("summary.json", "config.yaml"):
+        if not (root / name).is_file():
+            raise TrainscopeError(f"{root} is not a run directory (no {name})")
+    if not (root / WEIGHTS_FILE).is_file():
+        raise TrainscopeError(
+            f"{root} has no {WEIGHTS_FILE}; quantize needs a run saved with its weights "
+            "(train.save_weights, not a data-only run)"
+        )
+    return root
+
+
+def _read_config(root: Path) -> Any:
+    """The run's RunConfig, its data to be read locally only (download off)."""
+    from trainscope.config import from_dict
+    from trainscope.safe_yaml import load_yaml
+
+    try:
+        cfg = from_dict(load_yaml(root / "config.yaml"))
+        return dataclasses.replace(cfg, workload=dataclasses.replace(cfg.workload, download=False))
+    except ConfigError as exc:
+        raise ConfigError(f"{root / 'config.yaml'}: {exc}") from None
+
+
+def _run_status(root: Path) -> str | None:
+    from trainscope.records.jsonio import try_json_object
+
+    summary = try_json_object(root / "summary.json") or {}
+    status = summary.get("status")
+    return status if isinstance(status, str) else None
+
+
+# ---------------------------------------------------------------------------------------
+# Evaluation
+# ---------------------------------------------------------------------------------------
+
+
+def _split(workload: Any) -> tuple[str, Any]:
+    """("test", the test set), else ("validation", the validation set): the first that
+    holds samples."""
+    for name, data in (("test", workload.test_set), ("validation", workload.val_set)):
+        if data is None:
+            continue
+        try:
+            if len(data) == 0:
+                continue
+        except TypeError:
+            pass  # a split without len(): evaluate it
+        return name, data
+    raise DataError(
+        f"workload {workload.name!r} has neither a test nor a validation split to evaluate on"
+    )
+
+
+def _evaluate_timed(state: Any, workload: Any, loader: Any) -> tuple[dict[str, Any], float]:
+    """One evaluation pass: its figures and its seconds (device work included)."""
+    from trainscope.profiling.timer import device_sync
+    from trainscope.train.loop import evaluate
+
+    device_sync(state.device)
+    t0 = time.perf_counter()
+    result = evaluate(state, workload, loader)
+    device_sync(state.device)
+    return result, time.perf_counter() - t0
+
+
+def _figures(result: dict[str, Any]) -> dict[str, Any]:
+    return {k: result.get(k) for k in ("loss", "accuracy", "perplexity") if k in result}
+
+
+def _timing(seconds: list[float], first: float) -> dict[str, Any]:
+    from trainscope.spread import spread
+
+    s = spread(seconds)
+    return {
+        "median": s.median,
+        "low": s.low,
+        "high": s.high,
+        "spread": s.kind,
+        "n": s.n,
+        "repeats": seconds,
+        "warmup": first,
+    }
+
+
+def _difference(a: Any, b: Any) -> float | None:
+    ok = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (a, b))
+    return b - a if ok else None
+
+
+# ---------------------------------------------------------------------------------------
+# The command
+# ---------------------------------------------------------------------------------------
+
+
+def quantize_run(
+    run_dir: str | os.PathLike[str],
+    *,
+    device: str = "cpu",
+    batch_size: int | None = None,
+    repeats: int | None = None,
+) -> dict[str, Any]:
+    """Quantize a finished run's Linear layers to INT8 and compare it with fp32.
+
+    Rebuilds the run's workload from ``config.yaml`` (offline), loads
+    ``model.safetensors``, quantizes a copy with torchao (int8 weights per output channel,
+    dynamic int8 activations per row), evaluates both on the test split (validation when
+    there is none) in fp32 precision, and writes the result to ``RUN_DIR/quantize.json``.
+
+    Timing: model building, loading and quantizing are outside the clock. Each model is
+    evaluated once as a warm-up (its figures are the ones reported; its seconds are kept
+    apart as ``warmup``, out of the median), then ``repeats`` timed passes
+    alternate fp32 and int8, so a slow spell of the machine hits both; the median, its
+    spread (min-max below 5 repeats, IQR from 5) and n are reported. ``repeats`` None:
+    as many as fit in :data:`REPEAT_BUDGET_S` seconds, 1 to :data:`MAX_REPEATS`. Loaders
+    run in this process (no workers). torchao's int8 kernels are made to be fused by
+    ``torch.compile``; nothing is compiled here, so the time is eager mode's.
+
+    Bytes are :func:`model_bytes` (see :func:`tensor_bytes` for quantized weights): the
+    whole model, and its Linear weights alone. ``device`` is cpu (default), cuda, cuda:N
+    or auto; ``batch_size`` defaults to the run's. Returns the dict written to the file.
+    Raises TrainscopeError (one line) for what the user can fix: not a run directory, no
+    weights, the data missing (nothing downloads), torchao missing, a run in use.
+    """
+    from trainscope.config import DEVICES_RE, show
+
+    if not isinstance(device, str) or not DEVICES_RE.match(device):
+        raise ConfigError(f"device must be auto, cpu, cuda or cuda:N, got {show(device)}")
+    root = _check_run_dir(run_dir)
+    if batch_size is not None and (
+        not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1
+    ):
+        raise ConfigError(f"batch size must be a positive integer, got {batch_size!r}")
+    if repeats is not None and (
+        not isinstance(repeats, int) or isinstance(repeats, bool) or not 1 <= repeats <= 100
+    ):
+        raise ConfigError(f"repeats must be an integer in 1..100, got {repeats!r}")
+    cfg = _read_config(root)
+    torchao, quantize_, config_cls = _import_torchao()
+
+    import torch
+    from safetensors.torch import load_model
+
+    from trainscope.data.loaders import make_loader
+    from trainscope.precision import make_precision
+    from trainscope.records.ownership import claim_dir
+    from trainscope.runtime.device import resolve_device
+    from trainscope.train.loop import TrainState
+    from trainscope.train.trainer import cache_dir
+    from trainscope.workloads import build_workload
+
+    dev = resolve_device(device)
+    # Locked from here on: a run still writing this directory, or a second quantize, is
+    # refused before any work; the lock also guards the marker we add quantize.json to.
+    owned = claim_dir(root, "run", existing="keep", what="run directory")
+    try:
+        if (root / RESULT_FILE).exists() and RESULT_FILE not in owned.files:
+            raise TrainscopeError(
+                f"{root / RESULT_FILE} exists and trainscope did not write it: move it away "
+                "(quantize never replaces a file it does not own)"
+            )
+        workload = build_workload(cfg.workload, cache_dir())
+        split, data = _split(workload)
+        model = workload.model
+        try:
+            # load_model (no pickle) restores tied weights stored once (see train.ranks).
+            load_model(model, root / WEIGHTS_FILE, strict=True)
+        except Exception as exc:  # safetensors raises its own error types
+            reason = " ".join(str(exc).split())[:300]
+            raise TrainscopeError(f"cannot load {root / WEIGHTS_FILE}: {reason}") from None
+        model.to(dev).eval()
+        linears = _linear_layers(model)
+        if not linears:
+            raise TrainscopeError(
+                f"the {cfg.workload.name} model ({type(model).__name__}) has no nn.Linear "
+                "layers: nothing to quantize"
+            )
+
+        tied = _tied_linears(model, linears)
+        qmodel = copy.deepcopy(model)
+        config = _make_config(config_cls)
+        quantize_(qmodel, config)
+        qlinears = _linear_layers(qmodel)
+        done = [n for n, m in qlinears.items() if _is_quantized(m.weight)]
+        skipped = [n for n in qlinears if n not in done]
+        if not done:
+            raise TrainscopeError(
+                f"torchao {torchao.__version__} quantized none of the model's "
+                f"{len(linears)} Linear layers"
+            )
+
+        loader = make_loader(
+            data,
+            cfg.data,
+            train=False,
+            device=dev,
+            num_workers=0,
+            collate_fn=workload.collate_fn,
+            batch_size=batch_size,
+        )
+        fp32 = make_precision("fp32", dev)
+
+        def state(m: Any) -> TrainState:
+            # Evaluation takes no optimizer step: there is no optimizer to give.
+            return TrainState(m, None, fp32, workload.loss_fn, dev)  # type: ignore[arg-type]
+
+        states = {"fp32": state(model), "int8": state(qmodel)}
+        results, first = {}, {}
+        for key, st in states.items():  # warm-up pass: the figures, and a first time
+            results[key], first[key] = _evaluate_timed(st, workload, loader)
+        per_round = max(sum(first.values()), 1e-9)
+        n_timed = repeats or max(1, min(MAX_REPEATS, int(REPEAT_BUDGET_S // per_round)))
+        seconds: dict[str, list[float]] = {"fp32": [], "int8": []}
+        for _ in range(n_timed):
+            for key, st in states.items():  # alternating: drift of the machine hits both
+                seconds[key].append(_evaluate_timed(st, workload, loader)[1])
+
+        before = {
+            "model": model_bytes(model),
+            "linear_weights": sum(tensor_bytes(linears[n].weight) for n in done),
+        }
+        after = {
+            "model": model_bytes(qmodel),
+            "linear_weights": sum(tensor_bytes(qlinears[n].weight) for n in done),
+        }
+        figures = {k: _figures(results[k]) for k in states}
+        result: dict[str, Any] = {
+            "schema_version": SCHEMA_VERSION,
+            "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "method": {
+                "library": "torchao",
+                "version": torchao.__version__,
+                "config": METHOD,
+                "settings": repr(config),
+                "weight_tensor": type(qlinears[done[0]].weight).__name__,
+                "weights": "int8, one scale per output channel (symmetric)",
+                "activations": "int8, quantized per row at run time (dynamic)",
+                "compiled": False,
+            },
+            "workload": cfg.workload.name,
+            "model": type(model).__name__,
+            "run_status": _run_status(root),
+            "device": str(dev),
+            "torch": torch.__version__,
+            "threads": torch.get_num_threads() if dev.type == "cpu" else None,
+            "host": platform.node(),
+            "split": split,
+            "samples": results["fp32"].get("samples"),
+            "batch_size": batch_size or cfg.data.batch_size,
+            "layers": {
+                "linear": len(linears),
+                "quantized": len(done),
+                "names": done,
+                "skipped": skipped,
+                "tied": [n for n in tied if n in done],
+            },
+            "bytes": {"fp32": before, "int8": after, "how": BYTES_HOW},
+            "fp32": {**figures["fp32"], "eval_s": _timing(seconds["fp32"], first["fp32"])},
+            "int8": {**figures["int8"], "eval_s": _timing(seconds["int8"], first["int8"])},
+            "difference": {
+                k: _difference(figures["fp32"].get(k), figures["int8"].get(k))
+                for k in figures["fp32"]
+            },
+            "timing": (
+                f"median of {n_timed} timed evaluation pass(es) per model, alternating fp32 and "
+                "int8, after one warm-up pass each (kept apart as 'warmup'); building, "
+                "loading and quantizing excluded; eager mode (no torch.compile)"
+            ),
+        }
+        from trainscope.records import atomic_write_json
+
+        try:
+            owned.record(RESULT_FILE)  # listed before written: what --overwrite may remove
+            atomic_write_json(root / RESULT_FILE, result)
+        except OSError as exc:
+            raise TrainscopeError(
+                f"cannot write {root / RESULT_FILE}: {exc.strerror or exc}"
+            ) from None
+        return result
+    finally:
+        owned.release()
+
+
+# ---------------------------------------------------------------------------------------
+# Console
+# ---------------------------------------------------------------------------------------
+
+
+def _pct(x: Any) -> str:
+    from trainscope.reports.tables import fmt_pct
+
+    return fmt_pct(x, 2)
+
+
+def format_quantize(result: dict[str, Any]) -> list[str]:
+    """A few console lines: method, bytes, figures fp32 -> int8, evaluation time."""
+    from trainscope.reports.tables import fmt_bytes, fmt_float, fmt_seconds
+    from trainscope.textsafe import one_line
+
+    method = result.get("method") or {}
+    layers = result.get("layers") or {}
+    size = result.get("bytes") or {}
+    before, after = size.get("fp32") or {}, size.get("int8") or {}
+    fp32, int8 = result.get("fp32") or {}, result.get("int8") or {}
+    diff = result.get("difference") or {}
+    lines = [
+        one_line(
+            f"INT8 {method.get('config')} (torchao {method.get('version')}) on "
+            f"{result.get('device')}: {layers.get('quantized')} of {layers.get('linear')} "
+            "Linear layers quantized"
+        ),
+        f"model bytes: {fmt_bytes(before.get('model'))} fp32 -> {fmt_bytes(after.get('model'))}"
+        f" int8 (Linear weights {fmt_bytes(before.get('linear_weights'))} -> "
+        f"{fmt_bytes(after.get('linear_weights'))})",
+    ]
+    tied = layers.get("tied") or []
+    if tied:
+        lines.append(
+            one_line(
+                f"tied weights ({', '.join(map(str, tied))}): the Linear layer gets an int8 "
+                "copy, the other user keeps fp32 (both counted in the int8 model bytes)"
+            )
+        )
+    where = one_line(f"{result.get('split')} split, {result.get('samples')} samples")
+    if "accuracy" in fp32:
+        d = diff.get("accuracy")
+        pts = f"{100 * d:+.2f} points" if isinstance(d, (int, float)) else "–"
+        lines.append(
+            f"{where}: accuracy {_pct(fp32.get('accuracy'))} fp32 -> "
+            f"{_pct(int8.get('accuracy'))} int8 ({pts})"
+        )
+    d = diff.get("loss")
+    lines.append(
+        f"{where}: loss {fmt_float(fp32.get('loss'))} fp32 -> {fmt_float(int8.get('loss'))} "
+        f"int8 ({f'{d:+.4f}' if isinstance(d, (int, float)) else '–'})"
+    )
+    if "perplexity" in fp32:
+        lines.append(
+            f"{where}: perplexity {fmt_float(fp32.get('perplexity'), 3)} fp32 -> "
+            f"{fmt_float(int8.get('perplexity'), 3)} int8"
+        )
+    a, b = fp32.get("eval_s") or {}, int8.get("eval_s") or {}
+    lines.append(
+        f"evaluation: {fmt_seconds(a.get('median'))} s fp32, {fmt_seconds(b.get('median'))} s "
+        f"int8 (median of n={a.get('n')}, {a.get('spread')}; warm-up excluded; eager mode)"
+    )
+    return lines
+
+
+__all__ = [
+    "RESULT_FILE",
+    "format_quantize",
+    "model_bytes",
+    "quantize_run",
+    "tensor_bytes",
+]
