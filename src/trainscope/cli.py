@@ -107,6 +107,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--repeats", type=int, default=None, metavar="N", help="timed evaluations (auto, 1-5)"
     )
     p_q.add_argument("--quiet", "-q", action="store_true", help="print errors only")
+
+    from trainscope.estimate.cli import add_parser as add_estimate_parser  # torch-free
+
+    add_estimate_parser(sub)  # "estimate-memory"
     return parser
 
 
@@ -344,6 +348,13 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     return 0
 
 
+def _estimate_memory(args: argparse.Namespace) -> int:
+    """``trainscope estimate-memory``: see :mod:`trainscope.estimate.cli`."""
+    from trainscope.estimate.cli import main as estimate_main
+
+    return estimate_main(args)
+
+
 def cmd_sample(args: argparse.Namespace) -> int:
     """``trainscope sample RUN_DIR``."""
     from trainscope.sample import check_settings, sample_from_run
@@ -500,6 +511,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "compare": cmd_compare,
         "sample": cmd_sample,
         "quantize": cmd_quantize,
+        "estimate-memory": _estimate_memory,
     }
     from trainscope.signals import signals_end_runs
 
