@@ -6,7 +6,7 @@ module.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -125,3 +125,15 @@ def raises_within_memory(
     finally:
         tracemalloc.stop()
     return caught.value, peak
+
+
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    """One intra-op thread: tiny models on a small shared CPU run faster without contention
+    (``pytestmark = pytest.mark.usefixtures("one_thread")`` in a module that wants it)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -8,8 +8,6 @@ the losses of a few SGD steps must equal those without checkpointing, step for s
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
 from torch import nn
@@ -22,12 +20,7 @@ from trainscope.workloads.gpt import GPT, GPTConfig, lm_loss
 L = 4
 
 
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def _gpt(dropout: float = 0.0, seed: int = 0) -> GPT:

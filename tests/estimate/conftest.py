@@ -2,16 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-import torch
 
 
 @pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    """One intra-op thread: tiny models on a small shared CPU run faster without contention."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+def _one_thread(one_thread: None) -> None:
+    """Every estimator test on one intra-op thread (``one_thread``: tests/conftest.py)."""

@@ -171,20 +171,7 @@ def gpt_plan(arch: Arch, batch: int, seq_len: int, device: str) -> ActivationPla
         Saved("ln_1 mean, rstd", 2 * bt, "f32"),
         Saved("qkv Linear input (ln_1 output)", btc, "cast"),
     ]
-    if kernel == "math":
-        s += [
-            Saved("attention, math kernel (fp32): q, k, v copies for the bmm", 3 * btc, "f32"),
-            Saved("attention softmax output", scores, "f32"),
-            Saved("attention dropout mask", scores, "f32", mask=True),
-            Saved("dropped attention probabilities (bmm input)", scores, "f32"),
-            Saved("proj Linear input (attention output, heads side by side: a copy)", btc, "low"),
-        ]
-    else:
-        s += [
-            Saved("attention, fused kernel: q, k, v (views of the qkv output)", 3 * btc, "low"),
-            Saved("attention logsumexp", _lse(b, a, t, device), "f32"),
-            Saved("attention output (a view of it is the proj Linear input)", btc, "low"),
-        ]
+    s += _saved_attention(kernel, btc, scores, _lse(b, a, t, device), "proj Linear")
     if p > 0:
         s.append(Saved("residual dropout mask (attention branch)", btc, "low", mask=True))
     s += [
@@ -196,17 +183,8 @@ def gpt_plan(arch: Arch, batch: int, seq_len: int, device: str) -> ActivationPla
     ]
     if p > 0:
         s.append(Saved("residual dropout mask (MLP branch)", btc, "low", mask=True))
-    kept = [Saved("qkv output", 3 * btc, "low")]
-    if kernel == "math":
-        kept += [
-            Saved("attention scores q k^T (bmm output)", scores, "f32"),
-            Saved("attention output (bmm output)", btc, "f32"),
-        ]
-    else:
-        kept += [
-            Saved("attention output", btc, "low"),
-            Saved("attention logsumexp", _lse(b, a, t, device), "f32"),
-        ]
+    lse = _lse(b, a, t, device)
+    kept = [Saved("qkv output", 3 * btc, "low"), *_kept_attention(kernel, btc, scores, lse)]
     kept += [
         Saved("attention proj output", btc, "low"),
         Saved("fc output", btf, "low"),
@@ -238,6 +216,37 @@ def gpt_plan(arch: Arch, batch: int, seq_len: int, device: str) -> ActivationPla
     )
 
 
+def _saved_attention(kernel: str, btc: int, scores: int, lse: int, proj: str) -> list[Saved]:
+    """What attention saves without checkpointing. The math kernel (fp32) keeps copies of
+    q, k, v, the T x T softmax output, its dropout mask and the dropped probabilities, and
+    the heads side by side (a copy) as the ``proj`` Linear's input; a fused kernel keeps q,
+    k, v, the row logsumexp and its output (a view of which is that input)."""
+    if kernel == "math":
+        return [
+            Saved("attention, math kernel (fp32): q, k, v copies for the bmm", 3 * btc, "f32"),
+            Saved("attention softmax output", scores, "f32"),
+            Saved("attention dropout mask", scores, "f32", mask=True),
+            Saved("dropped attention probabilities (bmm input)", scores, "f32"),
+            Saved(f"{proj} input (attention output, heads side by side: a copy)", btc, "low"),
+        ]
+    return [
+        Saved("attention, fused kernel: q, k, v", 3 * btc, "low"),
+        Saved("attention logsumexp", lse, "f32"),
+        Saved(f"attention output (a view of it is the {proj} input)", btc, "low"),
+    ]
+
+
+def _kept_attention(kernel: str, btc: int, scores: int, lse: int) -> list[Saved]:
+    """What selective checkpointing keeps of attention: the math kernel's two bmm outputs
+    (the T x T scores, the context), or a fused kernel's output and row logsumexp."""
+    if kernel == "math":
+        return [
+            Saved("attention scores q k^T (bmm output)", scores, "f32"),
+            Saved("attention output (bmm output)", btc, "f32"),
+        ]
+    return [Saved("attention output", btc, "low"), Saved("attention logsumexp", lse, "f32")]
+
+
 def _cross_entropy(rows: int, classes: int) -> list[Saved]:
     return [
         Saved("cross entropy: log-softmax output", rows * classes, "stream"),
@@ -263,20 +272,8 @@ def bert_plan(arch: Arch, batch: int, seq_len: int, device: str) -> ActivationPl
     s: list[Saved] = [
         Saved("query/key/value Linear input: the layer's input", btc, "cast", casts=3)
     ]
-    if kernel == "math":
-        s += [
-            Saved("attention, math kernel (fp32): q, k, v copies for the bmm", 3 * btc, "f32"),
-            Saved("attention softmax output", scores, "f32"),
-            Saved("attention dropout mask", scores, "f32", mask=True),
-            Saved("dropped attention probabilities (bmm input)", scores, "f32"),
-            Saved("attention output dense input (heads side by side: a copy)", btc, "low"),
-        ]
-    else:
-        s += [
-            Saved("attention, fused kernel: q, k, v (three Linear outputs)", 3 * btc, "low"),
-            Saved("attention logsumexp", _lse(b, a, t, device), "f32"),
-            Saved("attention output (a view of it is the dense input)", btc, "low"),
-        ]
+    s += _saved_attention(kernel, btc, scores, _lse(b, a, t, device), "output dense")
+    if kernel != "math":
         if padded:  # the fused kernels take the padding mask as an additive float mask
             s.append(Saved("padding mask as an additive float mask (per layer)", b * t * t, "low"))
     if p > 0:
@@ -295,16 +292,7 @@ def bert_plan(arch: Arch, batch: int, seq_len: int, device: str) -> ActivationPl
         Saved("output LayerNorm mean, rstd", 2 * bt, "f32"),
     ]
     kept = [Saved("query, key, value outputs", 3 * btc, "low")]
-    if kernel == "math":
-        kept += [
-            Saved("attention scores q k^T (bmm output)", scores, "f32"),
-            Saved("attention context (bmm output)", btc, "f32"),
-        ]
-    else:
-        kept += [
-            Saved("attention output", btc, "low"),
-            Saved("attention logsumexp", _lse(b, a, t, device), "f32"),
-        ]
+    kept += [*_kept_attention(kernel, btc, scores, _lse(b, a, t, device))]
     kept += [
         Saved("attention output dense output", btc, "low"),
         Saved("intermediate output", btf, "low"),
