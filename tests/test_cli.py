@@ -505,3 +505,24 @@ def test_data_error_in_a_real_process(tmp_path: Path) -> None:
     lines = proc.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("trainscope: error: no MNIST files in empty")
     assert_failed_record(tmp_path / "r", lines[0])
+
+
+def test_run_help_lists_every_workload_and_groups_the_flags(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from trainscope.cli_flags import FLAG_GROUPS, RUN_FLAGS, flag_group
+    from trainscope.config import BUILTIN_WORKLOADS
+
+    monkeypatch.setenv("COLUMNS", "200")  # one line per flag's help
+    code, out, _ = run_main(capsys, "run", "--help")
+    assert code == 0
+    workload_line = next(line for line in out.splitlines() if line.startswith("  --workload"))
+    for name in BUILTIN_WORKLOADS:
+        assert name in workload_line, name
+    headings = [line[:-1] for line in out.splitlines() if line and not line.startswith(" ")]
+    titles = [title for title, _ in FLAG_GROUPS]
+    assert [h for h in headings if h in titles] == titles
+    # Every flag lands in a named group, and under its heading in the help.
+    assert all(flag_group(dest) in titles for dest, _ in RUN_FLAGS.values())
+    body = out.split("precision and memory:")[1].split("training:")[0]
+    assert "--precision" in body and "--checkpointing" in body and "--compile" in body

@@ -186,3 +186,34 @@ def test_a_tiny_checkpointing_study_measures_memory_against_time(capsys, tmp_pat
     assert "## Activation checkpointing" in md
     assert "full vs none: activations 0." in md and "first losses identical" in md
     assert (study_dir / "report" / "plots" / "checkpointing_frontier.png").is_file()
+
+
+def test_dry_run_lists_the_plan_and_runs_nothing(capsys, tmp_path):
+    out_dir = tmp_path / "never"
+    code, out, err = run_main(
+        capsys, "study", "precision", "--repeats", "2", "--dry-run", "--out", str(out_dir)
+    )
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith("study precision: ") and "runs planned" in lines[0]
+    assert "  fp32/warmup: runtime.precision=fp32" in lines
+    assert any(line.startswith("  tf32/r1: ") and "not applicable" in line for line in lines)
+    assert len([line for line in lines if "/r2:" in line]) == 2  # fp32 and bf16 only
+    assert not out_dir.exists() and not (tmp_path / "studies").exists()
+
+
+def test_a_study_says_what_it_plans_and_how_long_is_left(capsys, tmp_path):
+    code, _, err = run_main(capsys, *tiny_profile(tmp_path / "p", repeats=2), "--no-report")
+    assert code == 0, err
+    lines = err.splitlines()
+    assert lines[0] == "study profile: 2 runs planned (1 configuration x 2 repeats)"
+    assert "; about " in lines[1] and "left for 1 run" in lines[1]
+    assert "left" not in lines[2]  # the last run: nothing left to estimate
+
+
+def test_time_left_is_the_median_run_times_the_runs_remaining():
+    from trainscope.studies.base import _time_left
+
+    assert _time_left([1.0, 100.0, 3.0], [None] * 10) == "; about 30 s left for 10 runs"
+    assert _time_left([60.0], [None] * 3) == "; about 3 min left for 3 runs"
+    assert _time_left([1.0], []) == "" and _time_left([], [None]) == ""

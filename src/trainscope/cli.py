@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 import yaml
 
 from trainscope import __version__
-from trainscope.cli_flags import RUN_FLAGS
+from trainscope.cli_flags import FLAG_GROUPS, RUN_FLAGS, flag_group
 from trainscope.errors import ConfigError, Terminated, TrainscopeError
 from trainscope.textsafe import one_line, terminal_text
 
@@ -128,9 +128,11 @@ STUDY_HELP = {
 
 def _add_run_flags(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
     p.add_argument("--config", metavar="YAML", help="config file (e.g. a saved run's config.yaml)")
+    groups = {title: p.add_argument_group(title) for title, _ in FLAG_GROUPS}
     for flag, (dest, kwargs) in RUN_FLAGS.items():
         if flag not in skip:
-            p.add_argument(flag, dest=dest, default=argparse.SUPPRESS, **kwargs)
+            group = groups.get(flag_group(dest)) or p
+            group.add_argument(flag, dest=dest, default=argparse.SUPPRESS, **kwargs)
     p.add_argument(
         "--set",
         dest="sets",
@@ -163,6 +165,9 @@ def _add_study_parser(sub: Any) -> None:
             help="one discarded warm-up run first (default on)",
         )
         p.add_argument("--no-report", action="store_true", help="skip building the report")
+        p.add_argument(
+            "--dry-run", action="store_true", help="list the planned runs and exit (runs nothing)"
+        )
         p.add_argument("--quiet", "-q", action="store_true", help="print errors only")
         p.add_argument(
             "--fresh-processes",
@@ -452,6 +457,9 @@ def cmd_study(args: argparse.Namespace) -> int:
     planner = importlib.import_module(f"trainscope.studies.{args.study}")
     device = resolve_device(cfg.runtime.device)
     plan = planner.plan(base, device, **options)
+    if args.dry_run:
+        _print_plan(plan)
+        return 0
     out = args.out or _default_study_out(args.study)
 
     def say(text: str) -> None:
@@ -482,6 +490,19 @@ def cmd_study(args: argparse.Namespace) -> int:
         if not args.quiet:
             print_study_report(report)
     return 1 if result.failed else 0
+
+
+def _print_plan(plan: Any) -> None:
+    """``study NAME --dry-run``: one line per planned run, in execution order."""
+    from trainscope.studies.base import execution_order, plan_line
+
+    print(terminal_text(plan_line(plan)))
+    for r in execution_order(plan.runs):
+        if not r.applicable and (r.warmup or r.repeat != 1):
+            continue
+        what = ", ".join(f"{k}={v}" for k, v in r.overrides.items()) or "the base config"
+        state = "" if r.applicable else f"  (not applicable: {r.reason})"
+        print(terminal_text(f"  {r.id}: {what}{state}"))
 
 
 def _default_study_out(name: str) -> str:

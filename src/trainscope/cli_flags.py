@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from trainscope.config import BUILTIN_WORKLOADS  # torch-free
+
 
 def _workers(text: str) -> int | str:
     """--num-workers: a count or the word auto."""
@@ -27,7 +29,7 @@ RUN_FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
         "workload.name",
         {
             "metavar": "NAME",
-            "help": "digits | mnist | synthetic | pkg.module:factory (default digits)",
+            "help": " | ".join(BUILTIN_WORKLOADS) + " | pkg.module:factory (default digits)",
         },
     ),
     "--data-dir": (
@@ -249,3 +251,24 @@ RUN_FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
         {"action": "store_true", "help": "replace an existing run directory"},
     ),
 }
+
+
+# The groups `run --help` shows the flags in, by the config key they set (first match).
+FLAG_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("output and checkpoints", ("out", "overwrite", "train.save_weights", "train.checkpoint",
+                                "train.keep_checkpoints")),
+    ("workload", ("workload.",)),
+    ("data pipeline", ("data.",)),
+    ("precision and memory", ("runtime.precision", "runtime.checkpointing", "runtime.compile")),
+    ("training", ("train.",)),
+    ("parallel (strategies, torchrun, machines)", ("dist.",)),
+    ("device and measurement", ("runtime.",)),
+)  # fmt: skip
+
+
+def flag_group(dest: str) -> str:
+    """The ``run --help`` group of the flag that sets config key ``dest``."""
+    for title, prefixes in FLAG_GROUPS:
+        if any(dest == p or dest.startswith(p) for p in prefixes):
+            return title
+    return "other"

@@ -201,7 +201,7 @@ def test_markdown_says_workload_repeats_and_machine(study: Built) -> None:
     assert f"{repeats} measured repeat(s) per configuration" in md
     assert "after one warm-up run that is discarded" in md
     assert "- device: `cpu`" in md
-    assert f"`trainscope report {study.dir.name}`" in md
+    assert f"`trainscope report {study.dir.resolve()}`" in md  # works from any folder
 
 
 def test_latex_tables_are_valid(study: Built, tmp_path: Path) -> None:
@@ -412,7 +412,7 @@ def test_interrupted_study_reports_its_status_and_progress(tmp_path: Path) -> No
     assert report.status == "interrupted"
     md = report.markdown_path.read_text(encoding="utf-8")
     # warm-up and r1 completed; r2 was interrupted before it started, r3 never ran.
-    assert "Study status: **interrupted**. 2 of 4 planned runs completed" in md
+    assert "Study **interrupted** after 2 of 4 planned runs" in md
     assert "Rerun the same `trainscope study` command" in md
     # Only the one measured run makes the statistics; the warm-up is not among them.
     r1 = json.loads((study_dir / "runs/run/r1/summary.json").read_text())
@@ -481,5 +481,29 @@ def test_study_json_status_edited_to_interrupted(profile_study: Built, tmp_path:
             (dst / f.name).write_bytes(f.read_bytes())
     report = build_study_report(copy)
     md = report.markdown_path.read_text(encoding="utf-8")
-    assert "Study status: **interrupted**. 2 of 3 planned runs completed" in md
+    assert "Study **interrupted** after 2 of 3 planned runs" in md
     assert "n=1" in report.tables["stages"].caption
+
+
+def test_a_killed_study_is_reported_as_interrupted_not_failed(
+    profile_study: Built, tmp_path: Path
+) -> None:
+    """A study killed mid-run leaves study.json at "running" and the run it was in at
+    "running": the report says interrupted after k of n, names the run it was cut off
+    in, and does not count that run as failed."""
+    data = json.loads((profile_study.dir / "study.json").read_text())
+    data["status"] = "running"
+    copy = tmp_path / "killed"
+    copy.mkdir()
+    (copy / "study.json").write_text(json.dumps(data))
+    for run in ("warmup", "r1"):
+        src = profile_study.dir / "runs" / "run" / run
+        dst = copy / "runs" / "run" / run
+        dst.mkdir(parents=True)
+        for f in src.iterdir():
+            (dst / f.name).write_bytes(f.read_bytes())
+    summary = json.loads((copy / "runs/run/r1/summary.json").read_text())
+    (copy / "runs/run/r1/summary.json").write_text(json.dumps({**summary, "status": "running"}))
+    md = build_study_report(copy).markdown_path.read_text(encoding="utf-8")
+    assert "Study **interrupted** after 1 of 3 planned runs (cut off during `run/r1`)" in md
+    assert "failed" not in md.lower()

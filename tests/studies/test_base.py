@@ -324,3 +324,16 @@ def test_study_json_keeps_the_command_for_the_report(tmp_path, monkeypatch):
     assert json.loads((tmp_path / "s" / STUDY_FILE).read_text())["argv"] == argv
     md = build_study_report(tmp_path / "s").markdown_path.read_text()
     assert "trainscope study profile --epochs 1" in md
+
+
+def test_an_interrupted_study_says_how_far_it_got(tmp_path):
+    said: list[str] = []
+    with pytest.raises(KeyboardInterrupt):
+        execute(
+            ab_plan(repeats=2),
+            tmp_path / "s",
+            say=said.append,
+            run_fn=FakeRun(fail={4: KeyboardInterrupt()}),
+        )
+    assert said[0].startswith("study ") and "5 runs planned" in said[0]
+    assert said[-1].endswith("interrupted after 3 of 5 runs")

@@ -271,3 +271,24 @@ def test_without_credentials_it_falls_back_to_offline_and_says_so(
     records = read_wandb_records(path)
     exit_record = next(r.exit for r in records if r.WhichOneof("record_type") == "exit")
     assert exit_record.exit_code == 1  # a failed run is marked failed in W&B too
+
+
+def test_quiet_run_silences_wandb_too(
+    offline_wandb: dict[str, Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """`-q` prints nothing but errors: W&B's banner, history and summary included (they go
+    to the process's own stderr, hence capfd), and trainscope's offline note."""
+    from trainscope.cli import main
+
+    monkeypatch.delenv("WANDB_SILENT")
+    monkeypatch.delenv("WANDB_MODE")  # offline because there are no credentials
+    argv = ["run", "--epochs", "1", "--max-steps-per-epoch", "2", "--track", "wandb"]
+    assert main([*argv, "--out", str(tmp_path / "quiet"), "-q"]) == 0
+    out, err = capfd.readouterr()
+    assert out == "" and err == "", (out, err)
+    # Not quiet: the same run says where its offline W&B files are.
+    assert main([*argv, "--out", str(tmp_path / "loud"), "--no-progress"]) == 0
+    assert "logging offline" in capfd.readouterr().err

@@ -48,3 +48,22 @@ def test_run_console_prints_record_text_literally(
     assert f"runs/r\\n{MARKUP}" in err  # the run directory stays on its line
     assert f"note {MARKUP}\\x1b]0;pwned" in err and "\nsecond line" in err
     assert f"{MARKUP}\\x1b[31m" in err  # a per-class table cell
+
+
+def test_end_of_run_shows_versions_and_how_to_report(
+    plain_console: None, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The summary shows the torch version (from env.json, not a dash) and ends with where
+    the record is and the command that makes its report (the name quoted for a shell)."""
+    import torch
+
+    from trainscope.config import from_dict
+    from trainscope.train.run import run
+
+    out = tmp_path / "my run"
+    cfg = from_dict({"out": str(out), "train": {"epochs": 1, "max_steps_per_epoch": 2}})
+    run(cfg, RunConsole(enabled=True, progress=False))
+    err = capsys.readouterr().err
+    torch_row = next(line for line in err.splitlines() if re.search(r"│ torch\s+│", line))
+    assert torch.__version__ in torch_row
+    assert err.rstrip().splitlines()[-1] == f"saved to {out} - trainscope report '{out}'"

@@ -166,11 +166,23 @@ class StudyRecord:
         out = []
         for r in self.plan.runs:
             rec = self.records.get(r.id)
+            if rec is not None and rec.summary.get("status") == "running":
+                continue  # cut off with the study (see interrupted()), not failed
             if rec is not None and rec.summary.get("status") != "completed":
                 out.append((r, str(rec.summary.get("error") or rec.summary.get("status"))))
             elif rec is None and r.id in early:
                 out.append((r, str(early[r.id])))
         return out
+
+    def interrupted(self) -> list[PlannedRun]:
+        """Runs whose record stops mid-run (summary still ``running``): the study was
+        stopped, or killed, while they ran."""
+        return [
+            r
+            for r in self.plan.runs
+            if (rec := self.records.get(r.id)) is not None
+            and rec.summary.get("status") == "running"
+        ]
 
 
 def _check_planned(r: PlannedRun) -> None:

@@ -35,11 +35,14 @@ def print_line(console: rich.console.Console, text: Any, *, newlines: bool = Fal
     console.print(rich_text(text, newlines=newlines))
 
 
-def print_summary(console: rich.console.Console, summary: dict[str, Any]) -> None:
-    """The end-of-run summary: key figures, per-class accuracy, time by stage, memory."""
+def print_summary(
+    console: rich.console.Console, summary: dict[str, Any], env: dict[str, Any] | None = None
+) -> None:
+    """The end-of-run summary: key figures (versions from ``env``, the run's env.json),
+    per-class accuracy, time by stage, memory."""
     from trainscope.reports.memory import memory_table
 
-    tables = (overview_table(summary), per_class_table(summary), stage_table(summary))
+    tables = (overview_table(summary, env), per_class_table(summary), stage_table(summary))
     for table in (*tables, memory_table(summary)):
         if table.rows:
             console.print(table_to_rich(table))

@@ -66,9 +66,20 @@ def _header(study: StudyRecord, doc: Document) -> None:
     plan = study.plan
     applicable = [r for r in plan.runs if r.applicable]
     done = [r for r in applicable if study.completed(r)]
-    if study.status not in ("completed",):
+    status = str(study.status)
+    cut = study.interrupted()
+    if status in ("interrupted", "running") or status.startswith("stopped"):
+        # A killed study never wrote "interrupted": it still says "running".
+        how = "interrupted" if status == "running" else status
+        during = f" (cut off during {', '.join(inline_code(r.id) for r in cut)})" if cut else ""
         doc.note(
-            f"Study status: **{escape_inline(str(study.status))}**. {len(done)} of "
+            f"Study **{escape_inline(how)}** after {len(done)} of {len(applicable)} planned "
+            f"runs{during}; the tables below use the completed ones. Rerun the same "
+            "`trainscope study` command to finish it (completed runs are kept)."
+        )
+    elif status != "completed":
+        doc.note(
+            f"Study status: **{escape_inline(status)}**. {len(done)} of "
             f"{len(applicable)} planned runs completed; the tables below use what is there. "
             "Rerun the same `trainscope study` command to finish it (completed runs are kept)."
         )
@@ -189,10 +200,11 @@ def _write_study_report(study: StudyRecord, out: Path) -> StudyReport:
     if len(argv) > 1 and argv[1] == "study":
         doc.paragraph("The command that ran this study (rerun it to resume or repeat it):")
         doc.code("trainscope " + " ".join(shlex.quote(str(a)) for a in argv[1:]))
+    # The full path: the folder's name alone works only from its parent directory.
+    again = "trainscope report " + shlex.quote(str(study.path.resolve()))
     doc.paragraph(
         "Each run's resolved configuration is its `config.yaml` under `runs/`; "
-        f"{inline_code('trainscope report ' + study.path.name)} rebuilds this report from the "
-        "records."
+        f"{inline_code(again)} rebuilds this report from the records, from any folder."
     )
     report = StudyReport(
         study_dir=study.path,

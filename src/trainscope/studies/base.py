@@ -132,6 +132,8 @@ def _execute(
     for r in plan.runs:
         if not r.applicable and not r.warmup and r.repeat == 1:
             say(f"{r.config}: not applicable here ({r.reason})")
+    say(plan_line(plan))
+    durations: list[float] = []  # of the runs executed so far: the basis of "about ... left"
     try:
         for i, planned in enumerate(todo, 1):
             run_dir = study_dir / planned.rel_dir
@@ -158,10 +160,16 @@ def _execute(
                 say(f"{tag}: failed: {type(e).__name__}: {e}")
                 continue
             result.executed.append(planned.id)
+            durations.append(time.perf_counter() - t0)
             note = " (warm-up, discarded)" if planned.warmup else ""
-            say(f"{tag}: {summary.get('status')} in {time.perf_counter() - t0:.2f} s{note}")
+            left = _time_left(
+                durations, [r for r in todo[i:] if not _completed(study_dir / r.rel_dir)]
+            )
+            say(f"{tag}: {summary.get('status')} in {durations[-1]:.2f} s{note}{left}")
     except (KeyboardInterrupt, Terminated) as e:
         status = "interrupted" if isinstance(e, KeyboardInterrupt) else f"stopped ({e})"
+        done = sum(_completed(study_dir / r.rel_dir) for r in todo)
+        say(f"study {plan.kind} {status} after {done} of {len(todo)} runs")
         write_study(study_dir, plan, status, started_at=started, failures=failures, argv=argv)
         raise
     status = "completed" if not result.failed else "completed_with_failures"
@@ -175,6 +183,34 @@ def _execute(
         argv=argv,
     )
     return result
+
+
+def plan_line(plan: StudyPlan) -> str:
+    """What a study is about to do, in one line: runs planned, and of what."""
+    runs = [r for r in plan.runs if r.applicable]
+    warm = sum(r.warmup for r in runs)
+    configs = len({r.config for r in runs if not r.warmup})
+    repeats = max((r.repeat for r in runs if not r.warmup), default=0)
+    skipped = len({r.config for r in plan.runs if not r.applicable})
+    parts = [
+        f"{configs} configuration{'s' * (configs != 1)} x {repeats} repeat{'s' * (repeats != 1)}"
+    ]
+    if warm:
+        parts.insert(0, f"{warm} warm-up")
+    na = f"; {skipped} not applicable here" if skipped else ""
+    return f"study {plan.kind}: {len(runs)} runs planned ({' + '.join(parts)}){na}"
+
+
+def _time_left(durations: list[float], remaining: list[PlannedRun]) -> str:
+    """ "; about N left" from the median duration of the runs so far (a rough guide: the
+    configurations differ), or "" when nothing remains."""
+    if not remaining or not durations:
+        return ""
+    import statistics
+
+    secs = statistics.median(durations) * len(remaining)
+    when = f"{secs / 60:.0f} min" if secs >= 90 else f"{secs:.0f} s"
+    return f"; about {when} left for {len(remaining)} run{'s' * (len(remaining) != 1)}"
 
 
 def repeats_of(

@@ -140,8 +140,9 @@ def _missing(name: str, error: BaseException) -> TrainscopeError:
     )
 
 
-def make_sinks(names: Sequence[str]) -> Sinks:
+def make_sinks(names: Sequence[str], quiet: bool = False) -> Sinks:
     """Build the named sinks (duplicates ignored); ``[]`` gives an empty :class:`Sinks`.
+    ``quiet`` (``-q``): the sinks print nothing either (W&B's own output included).
 
     Each sink imports its package here, so a missing or broken install is refused before
     the run directory is created. Raises :class:`ConfigError` for an unknown name and
@@ -163,7 +164,7 @@ def make_sinks(names: Sequence[str]) -> Sinks:
             if name == "wandb":
                 from trainscope.tracking.wandb_sink import WandbSink
 
-                sinks.append(WandbSink())
+                sinks.append(WandbSink(quiet=quiet))
             else:
                 from trainscope.tracking.tensorboard_sink import TensorBoardSink
 

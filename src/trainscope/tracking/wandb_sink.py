@@ -72,10 +72,12 @@ class WandbSink(Sink):
     name = "wandb"
     folder = "wandb"
 
-    def __init__(self) -> None:
+    def __init__(self, quiet: bool = False) -> None:
         import wandb  # heavy (about 0.5 s): only when this sink is asked for
 
         self._wandb = wandb
+        self.quiet = quiet
+        """``-q``: W&B prints nothing (its ``silent`` setting), nor does this sink."""
         self._run: Any = None
         self._t0: float | None = None
         self.mode: str | None = None
@@ -106,7 +108,7 @@ class WandbSink(Sink):
             for glob in pattern:
                 run.define_metric(glob, step_metric=axis)
         run.summary.update(flat_summary(summary))
-        if self.mode == "offline" and not os.environ.get("WANDB_MODE"):
+        if self.mode == "offline" and not os.environ.get("WANDB_MODE") and not self.quiet:
             where = getattr(run.settings, "sync_dir", None) or run_dir / "wandb"
             print(
                 "wandb: no W&B credentials (WANDB_API_KEY or netrc), logging offline; "
@@ -120,6 +122,8 @@ class WandbSink(Sink):
         # and the run record keeps what matters. Stats off: trainscope samples the system
         # itself (forwarded as system/*), a second sampler would only compete with training.
         settings: dict[str, Any] = {"console": "off"}
+        if self.quiet:
+            settings["silent"] = True  # no banner, history or summary on the terminal
         if "x_disable_stats" in getattr(self._wandb.Settings, "model_fields", {}):
             settings["x_disable_stats"] = True  # experimental name: only where it exists
         return settings

@@ -111,10 +111,19 @@ class RunConsole:
                 markup=False,  # numbers only, but never markup
             )
 
-    def finish(self, summary: dict[str, Any]) -> None:
-        """Print the summary tables (accuracy, per class, time by stage)."""
+    def finish(self, summary: dict[str, Any], run_dir: Path | None = None) -> None:
+        """Print the summary tables (accuracy, per class, time by stage, memory), then
+        where the record is and the command that turns it into a report."""
         if not self.enabled:
             return
-        from trainscope.reports.console import print_summary
+        import shlex
 
-        print_summary(self.console, summary)
+        from trainscope.records.jsonio import try_json_object
+        from trainscope.reports.console import print_line, print_summary
+
+        # The versions (torch, Python, CUDA) are in env.json, not in the summary.
+        env = try_json_object(run_dir / "env.json") if run_dir is not None else None
+        print_summary(self.console, summary, env)
+        if run_dir is not None:
+            where = shlex.quote(str(run_dir))
+            print_line(self.console, f"saved to {run_dir} - trainscope report {where}")

@@ -109,7 +109,7 @@ def _run(
     strategy.local_batch_size(cfg.data.batch_size)  # an uneven split fails before any file
     check_options(cfg.workload)  # so does a bad workload option
     # Tracking sinks mirror rank 0 only; a missing package refuses the run up front.
-    sinks = make_sinks(cfg.runtime.track if info.is_main else [])
+    sinks = make_sinks(cfg.runtime.track if info.is_main else [], quiet=not console.enabled)
     if cfg.resume and cfg.out is None:
         raise ConfigError("a resumed run needs its run directory (--resume RUN_DIR)")
     run_dir, owned = ranks.agree_run_dir(
@@ -222,7 +222,7 @@ def _record(ctx: RunContext, owned: OwnedDir) -> dict[str, Any]:
                 writer.write_summary(summary)
             for folder in sinks.folders():  # only the sink knows the names it wrote
                 owned.record_tree(folder, sink_files_before.get(folder, set()))
-    console.finish(summary)
+    console.finish(summary, run_dir if info.is_main else None)
     return summary
 
 
