@@ -129,6 +129,33 @@ RUN_FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
     "--lr": ("train.lr", {"type": float, "metavar": "LR", "help": "learning rate (default 0.05)"}),
     "--momentum": ("train.momentum", {"type": float, "metavar": "M"}),
     "--weight-decay": ("train.weight_decay", {"type": float, "metavar": "WD"}),
+    "--betas": (
+        "train.betas",
+        {
+            "type": lambda text: [float(b) for b in text.split(",")],
+            "metavar": "B1,B2",
+            "help": "Adam/AdamW betas (default 0.9,0.999)",
+        },
+    ),
+    "--schedule": (
+        "train.schedule",
+        {
+            "metavar": "NAME",
+            "help": "lr schedule: constant (default) | cosine | linear | one-cycle",
+        },
+    ),
+    "--warmup-steps": (
+        "train.warmup_steps",
+        {"type": int, "metavar": "N", "help": "linear lr warm-up over the first N steps"},
+    ),
+    "--min-lr-ratio": (
+        "train.min_lr_ratio",
+        {"type": float, "metavar": "R", "help": "cosine/linear decay ends at R x lr (default 0)"},
+    ),
+    "--grad-clip": (
+        "train.grad_clip",
+        {"type": float, "metavar": "NORM", "help": "clip the gradients' global norm (0: off)"},
+    ),
     "--seed": ("train.seed", {"type": int, "metavar": "N", "help": "model/initialisation seed"}),
     "--eval-every": (
         "train.eval_every",

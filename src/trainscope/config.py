@@ -27,6 +27,7 @@ from trainscope.tracking import SINK_NAMES  # torch-free: only names, no tracker
 BUILTIN_WORKLOADS = ("digits", "mnist", "synthetic", "gpt-char", "text-cls")
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 OPTIMIZERS = ("sgd", "adam", "adamw")
+SCHEDULES = ("constant", "cosine", "linear", "one-cycle")
 TIMING_MODES = ("auto", "exact")
 LOADERS = ("torch", "fast")
 STRATEGIES = ("single", "dp", "ddp", "fsdp", "gather-scatter", "allreduce")
@@ -245,7 +246,18 @@ class TrainConfig:
     momentum: float = 0.9
     """SGD momentum."""
     weight_decay: float = 0.0
-    """L2 penalty (decoupled for adamw)."""
+    """L2 penalty (decoupled for adamw), on parameters of two or more dimensions only
+    (biases and normalisation weights are not decayed)."""
+    betas: list[float] | None = None
+    """Adam/AdamW (beta1, beta2); None: torch's (0.9, 0.999)."""
+    schedule: str = "constant"
+    """lr schedule: constant | cosine | linear | one-cycle (see trainscope.train.schedule)."""
+    warmup_steps: int = 0
+    """Linear warm-up over the first N optimizer steps (one-cycle: its rise)."""
+    min_lr_ratio: float = 0.0
+    """Where cosine and linear decay end, as a fraction of lr (nanoGPT: 0.1)."""
+    grad_clip: float = 0.0
+    """Clip the gradients' global norm to this before each step (0: no clipping)."""
     seed: int = 0
     """Seed for model initialisation and any randomness outside the shuffle."""
     eval_every: int = 1
@@ -282,6 +294,22 @@ class TrainConfig:
         _number("lr", self.lr, low=0.0, low_open=True)
         _number("momentum", self.momentum, low=0.0)
         _number("weight_decay", self.weight_decay, low=0.0)
+        if self.betas is not None:
+            if not isinstance(self.betas, (list, tuple)) or len(self.betas) != 2:
+                raise ConfigError(f"betas must be two numbers, got {show(self.betas)}")
+            for b in self.betas:
+                _number("betas", b, low=0.0, high=1.0)
+                if b >= 1.0:
+                    raise ConfigError(f"betas must be below 1, got {show(self.betas)}")
+            self.betas = [float(b) for b in self.betas]
+        if self.schedule not in SCHEDULES:
+            raise ConfigError(
+                f"unknown schedule {show(self.schedule)}: choose one of {', '.join(SCHEDULES)}"
+            )
+        _integer("warmup_steps", self.warmup_steps)
+        _number("warmup_steps", self.warmup_steps, low=0, high=10**12)
+        _number("min_lr_ratio", self.min_lr_ratio, low=0.0, high=1.0)
+        _number("grad_clip", self.grad_clip, low=0.0)
         _seed("seed", self.seed)
         _positive("eval_every", self.eval_every)
         _positive("log_every", self.log_every)

@@ -36,8 +36,11 @@ class Precision:
         """Backpropagate the loss."""
         loss.backward()
 
-    def step(self, optimizer: torch.optim.Optimizer) -> None:
-        """Take the optimizer step."""
+    def step(self, optimizer: torch.optim.Optimizer, clip: float = 0.0) -> None:
+        """Take the optimizer step, the gradients' global norm clipped to ``clip`` first
+        (0: not clipped)."""
+        if clip:
+            clip_gradients(optimizer, clip)
         optimizer.step()
 
     def state_dict(self) -> dict:
@@ -113,7 +116,10 @@ class FP16(Precision):
     def backward(self, loss: torch.Tensor) -> None:
         self.scaler.scale(loss).backward()
 
-    def step(self, optimizer: torch.optim.Optimizer) -> None:
+    def step(self, optimizer: torch.optim.Optimizer, clip: float = 0.0) -> None:
+        if clip:  # clip the true gradients: unscale them first (GradScaler's recipe)
+            self.scaler.unscale_(optimizer)
+            clip_gradients(optimizer, clip)
         # GradScaler.step() already reads found_inf on the host (one sync per step), so
         # comparing the scale before and after update() adds no extra synchronisation
         # worth mentioning. The scale only drops when a step was skipped for inf/NaN.
@@ -130,6 +136,13 @@ class FP16(Precision):
         super().load_state_dict(state)
         if state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
+
+
+def clip_gradients(optimizer: torch.optim.Optimizer, max_norm: float) -> None:
+    """Scale the optimizer's gradients down so that their global L2 norm is at most
+    ``max_norm`` (no host sync: the norm stays on the device)."""
+    params = [p for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+    torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
 
 
 _PRECISIONS: dict[str, type[Precision]] = {

@@ -22,7 +22,7 @@ def meter_step(
 ) -> dict[str, Any]:
     """The memory meter's section for the second of two training steps on ``batch``,
     counted by :class:`MemoryProbe` as a run counts it (optimizer states exist by then)."""
-    opt = build_optimizer(TrainConfig(optimizer=optimizer, lr=1e-3), model.parameters())
+    opt = build_optimizer(TrainConfig(optimizer=optimizer, lr=1e-3), model)
 
     def step(state: Any, batches: Any, timer: Any) -> None:
         x, y = next(batches)

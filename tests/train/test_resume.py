@@ -68,6 +68,21 @@ PIPELINES = {
     "workers-0": [],
     "workers-2-augment": ["--num-workers", "2", "--augment"],
     "fast-augment": ["--loader", "fast", "--augment"],
+    # The lr schedule and clipping resume from the checkpoint too (the scheduler's state).
+    "cosine-clip": [
+        "--optimizer",
+        "adamw",
+        "--lr",
+        "0.003",
+        "--schedule",
+        "cosine",
+        "--warmup-steps",
+        "8",
+        "--grad-clip",
+        "0.5",
+        "--weight-decay",
+        "0.1",
+    ],
 }
 CHAIN_KILLS = 20
 

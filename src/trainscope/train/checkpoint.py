@@ -201,6 +201,7 @@ def write_checkpoint(
                 "epoch_step": state_dict.get("epoch_step", 0),
                 "optimizer": opt_plain,
                 "precision": state_dict.get("precision") or {},
+                "scheduler": state_dict.get("scheduler"),
                 "rng": rng_plain,
                 # What the run had recorded by then (plain data): a resume goes on from it.
                 "run": state_dict.get("run") or {},
@@ -292,6 +293,7 @@ def load_checkpoint(ckpt: Checkpoint) -> dict[str, Any]:
             with_aliases("optimizer.safetensors", "optimizer"), plain["optimizer"]
         ),
         "precision": plain.get("precision") or {},
+        "scheduler": plain.get("scheduler"),
         "step": plain["step"],
         "epoch": plain["epoch"],
         "epoch_step": plain.get("epoch_step", 0),

@@ -38,6 +38,10 @@ class TrainState:
     device: torch.device
     strategy: Strategy | None = None
     """How gradients meet across devices; None: one device, nothing to sync."""
+    scheduler: Any = None
+    """The lr schedule (a LambdaLR stepped after every optimizer step); None: constant."""
+    grad_clip: float = 0.0
+    """Clip the gradients' global norm to this before each step (0: no clipping)."""
     progress: Any = None
     """Where this rank is, for the stall watchdog of a multi-process run (None alone)."""
     step: int = 0
@@ -56,6 +60,7 @@ class TrainState:
             "model": local_tensors(self.model.state_dict()),
             "optimizer": _local_optimizer(self.optimizer.state_dict()),
             "precision": self.precision.state_dict(),
+            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
             "step": self.step,
             "epoch": self.epoch,
             "epoch_step": self.epoch_step,
@@ -74,6 +79,8 @@ class TrainState:
         }
         self.optimizer.load_state_dict({**optimizer, "state": state})
         self.precision.load_state_dict(sd.get("precision") or {})
+        if self.scheduler is not None and sd.get("scheduler"):
+            self.scheduler.load_state_dict(sd["scheduler"])
         self.step, self.epoch = int(sd["step"]), int(sd["epoch"])
         self.epoch_step = int(sd.get("epoch_step", 0))
         set_rng_states(sd["rng"])
@@ -165,8 +172,10 @@ def train_step(
     if state.strategy is not None and state.strategy.comm_stage:
         state.strategy.sync_gradients(state.model)  # 4b. average gradients across ranks
         timer.mark("comm")
-    state.precision.step(state.optimizer)  # 5. optimizer step
+    state.precision.step(state.optimizer, state.grad_clip)  # 5. optimizer step (clipped)
     state.optimizer.zero_grad(set_to_none=True)
+    if state.scheduler is not None:
+        state.scheduler.step()  # the lr of the next step
     timer.mark("optimizer")
     timer.end_step()
     state.step += 1
@@ -274,7 +283,7 @@ def train_epoch(
 ) -> EpochResult:
     """Train one epoch; every ``log_every`` steps hand the resolved step records to ``on_steps``.
 
-    A step record is ``{"step", "epoch", "loss", "batch_size", "t", "stages": {stage: s}}``
+    A step record is ``{"step", "epoch", "loss", "batch_size", "t", "lr", "stages": {...}}``
     (``loss`` is None when ``step_fn`` is :func:`data_step`; ``t`` is when the step began,
     in ``time.perf_counter`` seconds since ``origin``, the run's clock origin). With
     ``reduce_losses`` (the mean over ranks, one collective per log interval, not per step)
@@ -290,8 +299,8 @@ def train_epoch(
     n_steps = len(loader) if max_steps is None else min(len(loader), max_steps)
     progress = resumed if resumed is not None and skip else EpochProgress()
     totals = progress.stage_s
-    # (step, batch size, device loss, start time): read back together every log interval.
-    pending: list[tuple[int, int, torch.Tensor | None, float]] = []
+    # (step, batch size, device loss, start time, lr): read back every log interval.
+    pending: list[tuple[int, int, torch.Tensor | None, float, float]] = []
 
     def flush(block: bool) -> None:
         times = timer.resolve(block=block)
@@ -299,16 +308,17 @@ def train_epoch(
             return
         done, pending[:] = pending[: len(times)], pending[len(times) :]
         # One read of many losses: a single device sync per log interval, not per step.
-        losses = [loss for _, _, loss, _ in done if loss is not None]
+        losses = [loss for _, _, loss, _, _ in done if loss is not None]
         stacked = torch.stack(losses).float() if losses else None
         read = iter(stacked.cpu().tolist() if losses else [])
-        values = [None if loss is None else next(read) for _, _, loss, _ in done]
+        values = [None if loss is None else next(read) for _, _, loss, _, _ in done]
         glob = iter(reduce_losses(stacked).cpu().tolist() if reduce_losses and losses else [])
         records, diverged = [], None
-        for (step, bs, _, t), value, st in zip(done, values, times):
+        for (step, bs, _, t, lr), value, st in zip(done, values, times):
             for k, v in st.items():
                 totals[k] += v
             rec = {"step": step, "epoch": epoch, "loss": value, "batch_size": bs, "t": t}
+            rec["lr"] = lr
             rec["stages"] = st
             if reduce_losses is not None and value is not None:
                 rec["rank_loss"], rec["loss"] = value, next(glob)
@@ -344,9 +354,10 @@ def train_epoch(
         # Host time at the step's start, on the run's clock: stages, evaluation and
         # system samples of one run then share one axis (the timeline, the trace).
         t_step = round(time.perf_counter() - origin, 6)
+        lr = state.optimizer.param_groups[0]["lr"]  # this step's (the schedule moves it)
         loss, batch_size = step_fn(state, batches, timer)
         state.epoch_step += 1
-        pending.append((state.step, batch_size, loss, t_step))
+        pending.append((state.step, batch_size, loss, t_step, lr))
         progress.samples += batch_size
         if len(pending) >= log_every:
             flush(block=True)

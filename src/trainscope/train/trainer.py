@@ -80,15 +80,18 @@ def cache_dir() -> Path:
     return Path(os.environ.get("TRAINSCOPE_CACHE", Path.home() / ".cache" / "trainscope"))
 
 
-def build_optimizer(cfg: TrainConfig, params: Any) -> torch.optim.Optimizer:
-    """The optimizer a TrainConfig names."""
+def build_optimizer(cfg: TrainConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
+    """The optimizer a TrainConfig names, over ``model``'s parameters (weight decay on
+    matrices only: see trainscope.train.schedule.param_groups)."""
+    from trainscope.train.schedule import param_groups
+
+    groups = param_groups(model, cfg.weight_decay)
     if cfg.optimizer == "sgd":
-        return torch.optim.SGD(
-            params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay
-        )
+        return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum)
+    betas = tuple(cfg.betas) if cfg.betas else (0.9, 0.999)
     if cfg.optimizer == "adam":
-        return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        return torch.optim.Adam(groups, lr=cfg.lr, betas=betas)
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=betas)
 
 
 def _num_samples(dataset: Any) -> int | None:
@@ -155,7 +158,8 @@ class Trainer:
         lr = cfg.train.lr * (ctx.info.world_size if cfg.dist.scale_lr else 1)
         self.state = TrainState(
             model=model,
-            optimizer=build_optimizer(replace(cfg.train, lr=lr), model.parameters()),
+            optimizer=build_optimizer(replace(cfg.train, lr=lr), model),
+            grad_clip=cfg.train.grad_clip,
             precision=ctx.precision,
             loss_fn=workload.loss_fn,
             device=ctx.device,
@@ -163,6 +167,7 @@ class Trainer:
             progress=self.progress,
         )
         self._make_loaders()
+        self._schedule()
         if cfg.runtime.compile and not cfg.train.data_only:
             self._compile()
         # The memory meter counts on the second step of this attempt (the first when the
@@ -273,6 +278,17 @@ class Trainer:
         if self.val_loader is None and not cfg.train.data_only:
             # Never a loss of 0 / accuracy of 0 from an empty split: say there is none.
             self._note(NO_VALIDATION)
+
+    def _schedule(self) -> None:
+        """The lr schedule over every optimizer step the run will take (all epochs)."""
+        from trainscope.train.schedule import make_scheduler
+
+        train = self.cfg.train
+        per_epoch = len(self.train_loader)
+        if train.max_steps_per_epoch:
+            per_epoch = min(per_epoch, train.max_steps_per_epoch)
+        self.total_steps = per_epoch * train.epochs
+        self.state.scheduler = make_scheduler(self.state.optimizer, train, self.total_steps)
 
     def _compile(self) -> None:
         """Compile now (one forward and backward that leave no trace): its own stage."""
