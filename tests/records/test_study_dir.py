@@ -133,11 +133,10 @@ def test_completed_measured_configs_and_failed(tmp_path):
     assert [r.config for r in study.configs("side")] == ["b"]
     assert study.configs("missing") == []
 
+    # A run still "running" was cut off with its study: interrupted, not failed.
     failed = study.failed()
-    assert [(r.id, why) for r, why in failed] == [
-        ("a/r2", "RuntimeError: boom"),
-        ("b/r1", "running"),
-    ]
+    assert [(r.id, why) for r, why in failed] == [("a/r2", "RuntimeError: boom")]
+    assert [r.id for r in study.interrupted()] == ["b/r1"]
 
 
 def test_load_study_without_study_json_is_a_clear_error(tmp_path):

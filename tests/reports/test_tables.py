@@ -261,3 +261,14 @@ def test_overview_shows_every_measured_thing_and_says_why_one_is_missing() -> No
     assert rows["MFU"] == "n/a (no known peak FLOP/s for cpu at fp32)"
     caption = overview_table(extra).caption
     assert "ddp, 2 processes" in caption and "after interpreter start-up and imports" in caption
+
+
+def test_ratios_are_typeset_with_times_in_latex() -> None:
+    t = Table(
+        ["x", "ratio"], [["0x1f", "1.45x"], ["2x (n=3)", "x"]], "about 3.1x, at n=5", "tab:r", "ll"
+    )
+    tex = t.to_latex()
+    assert r"0x1f & 1.45$\times$ \\" in tex  # a hex number stays as it is
+    assert r"2$\times$ (n=3) & x \\" in tex
+    assert r"\caption{about 3.1$\times$, at n=5}" in tex
+    assert t.to_markdown().count("1.45x") == 1  # Markdown keeps the plain x

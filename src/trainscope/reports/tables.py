@@ -197,7 +197,7 @@ class Table:
             r"\midrule",
         ]
         for row in self.cells():
-            cells = [latex_escape(c) for c in row]
+            cells = [_times(latex_escape(c)) for c in row]
             # A row starting with "*" right after the previous row's "\\" would be read
             # as "\\*" (and the star dropped): an empty group in front keeps it text.
             if cells and cells[0].startswith("*"):
@@ -205,12 +205,20 @@ class Table:
             lines.append(" & ".join(cells) + r" \\")
         lines += [r"\bottomrule", r"\end{tabular}"]
         if self.caption:
-            lines.append(rf"\caption{{{latex_escape(self.caption)}}}")
+            lines.append(rf"\caption{{{_times(latex_escape(self.caption))}}}")
         if self.label:
             # Labels are identifiers, not text: keep only characters LaTeX accepts there.
             lines.append(rf"\label{{{re.sub(r'[^A-Za-z0-9:._-]', '-', self.label)}}}")
         lines.append(r"\end{table}")
         return "\n".join(lines) + "\n"
+
+
+_RATIO_X = re.compile(r"(?<=\d)x(?=$|[\s),;])")
+
+
+def _times(tex: str) -> str:
+    """A ratio such as ``1.45x`` typeset as ``1.45$\\times$`` (escaped text in, out)."""
+    return _RATIO_X.sub(lambda _: r"$\times$", tex)
 
 
 # ---------------------------------------------------------------------------------------
