@@ -67,6 +67,11 @@ def one_error_line(err: str, *needles: str) -> str:
         (["study", "nope"], ["nope"]),
         (["study", "checkpointing", "--policies", "none,every-0"], ["every-0", "policy"]),
         (["study", "checkpointing", "--policies", ","], ["--policies"]),
+        (["study", "loader", "--epochs", "5"], ["--epochs", "--sweep-epochs"]),
+        (["study", "loader", "--num-workers", "2"], ["--num-workers", "--workers"]),
+        (["study", "precision", "--precision", "bf16"], ["--precision", "--precisions"]),
+        (["study", "strategies", "--strategy", "ddp"], ["--strategy", "--strategies"]),
+        (["study", "checkpointing", "--checkpointing", "full"], ["--policies"]),
     ],
 )
 def test_bad_study_input_is_one_line_exit_2_and_runs_nothing(capsys, tmp_path, argv, needles):

@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 import yaml
 
 from trainscope import __version__
-from trainscope.cli_flags import FLAG_GROUPS, RUN_FLAGS, flag_group
+from trainscope.cli_flags import FLAG_GROUPS, RUN_FLAGS, flag_group, refuse_what_the_study_sets
 from trainscope.errors import ConfigError, Terminated, TrainscopeError
 from trainscope.textsafe import one_line, terminal_text
 
@@ -406,12 +406,11 @@ def cmd_study(args: argparse.Namespace) -> int:
     from trainscope.config import resolve
 
     overrides = overrides_from_args(args)
+    refuse_what_the_study_sets(args.study, overrides)
     if args.study == "strategies":
         # --nproc is the study's process count; each configuration sets its own strategy.
         nproc = overrides.pop("dist.nproc", 2)
-        overrides.pop("dist.strategy", None)
     if args.study == "checkpointing":
-        overrides.pop("runtime.checkpointing", None)  # each configuration sets its own
         if args.config is None and "workload.name" not in overrides:
             from trainscope.studies.checkpointing import DEFAULT_WORKLOAD
 
