@@ -64,6 +64,28 @@ def test_end_of_run_shows_versions_and_how_to_report(
     cfg = from_dict({"out": str(out), "train": {"epochs": 1, "max_steps_per_epoch": 2}})
     run(cfg, RunConsole(enabled=True, progress=False))
     err = capsys.readouterr().err
-    torch_row = next(line for line in err.splitlines() if re.search(r"│ torch\s+│", line))
-    assert torch.__version__ in torch_row
+    torch_row = next(line for line in err.splitlines() if line.startswith("torch "))
+    assert torch_row.split() == ["torch", torch.__version__]
     assert err.rstrip().splitlines()[-1] == f"saved to {out} - trainscope report '{out}'"
+
+
+def test_piped_output_is_plain_whole_and_without_blank_lines(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """To a pipe or a file (not a terminal): no box drawing, no line wrapped at 80
+    columns or cut, no blank lines from progress redraws, no trailing blanks."""
+    from trainscope.config import from_dict
+    from trainscope.train.run import run
+
+    for var in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "COLUMNS"):
+        monkeypatch.delenv(var, raising=False)
+    out = tmp_path / ("a-rather-long-run-directory-name-" * 3).rstrip("-")
+    cfg = from_dict({"out": str(out), "train": {"epochs": 2, "max_steps_per_epoch": 2}})
+    run(cfg, RunConsole(enabled=True, progress=True))
+    lines = capsys.readouterr().err.splitlines()
+    assert lines and all(line.strip() for line in lines)
+    assert all(line == line.rstrip() for line in lines)
+    assert not any(set(line) & set("│┃━─┏┗") for line in lines)
+    assert any(line.startswith("Run overview: ") and line.endswith("bytes).") for line in lines)
+    assert lines[0].endswith(f"-> {out}")  # the start line, whole
+    assert any(re.fullmatch(r"Status\s+completed", line) for line in lines)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from trainscope.reports.tables import Table, overview_table, per_class_table, stage_table
-from trainscope.textsafe import rich_text
+from trainscope.textsafe import rich_text, terminal_text
 
 if TYPE_CHECKING:
     import rich.console
@@ -30,6 +30,22 @@ def table_to_rich(table: Table) -> rich.table.Table:
     return rt
 
 
+def table_to_plain(table: Table) -> list[str]:
+    """One report Table as plain text lines for a pipe or a file: the caption on one line,
+    then columns aligned with spaces (no box drawing, nothing wrapped or cut, no trailing
+    blanks); every cell is record text with its control characters shown as escapes."""
+    head = [terminal_text(c) for c in table.columns]
+    rows = [[terminal_text(c) for c in row] for row in table.cells()]
+    widths = [max(len(r[j]) for r in [head, *rows]) for j in range(len(head))]
+    align = table.alignment()
+
+    def line(cells: list[str]) -> str:
+        parts = [c.rjust(w) if a == "r" else c.ljust(w) for c, w, a in zip(cells, widths, align)]
+        return "  ".join(parts).rstrip()
+
+    return [terminal_text(table.caption), line(head), *(line(r) for r in rows)]
+
+
 def print_line(console: rich.console.Console, text: Any, *, newlines: bool = False) -> None:
     """Print ``text`` as it is: no markup, no highlighting, control characters shown."""
     console.print(rich_text(text, newlines=newlines))
@@ -44,5 +60,9 @@ def print_summary(
 
     tables = (overview_table(summary, env), per_class_table(summary), stage_table(summary))
     for table in (*tables, memory_table(summary)):
-        if table.rows:
+        if not table.rows:
+            continue
+        if console.is_terminal:
             console.print(table_to_rich(table))
+        else:  # piped or redirected: plain lines, whole, for grep and for files
+            console.file.write("\n".join(table_to_plain(table)) + "\n")

@@ -30,6 +30,11 @@ class RunConsole:
             from rich.console import Console
 
             self.console = Console(stderr=True)
+            if not self.console.is_terminal:
+                # Piped or redirected: lines whole (never wrapped at 80 columns), and no
+                # progress bars (their redraws leave blank lines in a file).
+                self.console.soft_wrap = True
+                self.show_progress = False
         self._progress: Progress | None = None
         self._task: Any = None
         self._t0 = 0.0
