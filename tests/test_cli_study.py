@@ -222,3 +222,19 @@ def test_time_left_is_the_median_run_times_the_runs_remaining():
     assert _time_left([1.0, 100.0, 3.0], [None] * 10) == "; about 30 s left for 10 runs"
     assert _time_left([60.0], [None] * 3) == "; about 3 min left for 3 runs"
     assert _time_left([1.0], []) == "" and _time_left([], [None]) == ""
+
+
+def test_default_outputs_go_under_one_root(capsys, tmp_path, monkeypatch):
+    """Without --out: runs, studies and comparisons under runs/ (or $TRAINSCOPE_RUNS)."""
+    code, _, err = run_main(capsys, *tiny_profile(tmp_path / "x")[:-2], "-q", "--no-report")
+    assert code == 0, err
+    (study,) = (tmp_path / "runs" / "studies").iterdir()
+    assert study.name.startswith("profile-")
+    root = tmp_path / "elsewhere"
+    monkeypatch.setenv("TRAINSCOPE_RUNS", str(root))
+    assert run_main(capsys, "run", "--epochs", "1", "--max-steps-per-epoch", "2", "-q")[0] == 0
+    (run_dir,) = root.iterdir()
+    assert run_dir.name.startswith("digits-")
+    code, _, err = run_main(capsys, "compare", str(run_dir), "-q")
+    assert code == 0, err
+    assert (root / "compare" / "compare.md").is_file()

@@ -90,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
         "table of run directories.",
     )
     p_cmp.add_argument("run_dirs", metavar="RUN_DIR", nargs="+")
-    p_cmp.add_argument("--out", metavar="DIR", default="compare", help="default ./compare")
+    p_cmp.add_argument("--out", metavar="DIR", help="default runs/compare (see TRAINSCOPE_RUNS)")
     p_cmp.add_argument("--quiet", "-q", action="store_true", help="print errors only")
 
     p_q = sub.add_parser(
@@ -155,7 +155,9 @@ def _add_study_parser(sub: Any) -> None:
     for name, text in STUDY_HELP.items():
         p = kinds.add_parser(name, help=text, description=text)
         _add_run_flags(p, skip=("--out", "--overwrite"))
-        p.add_argument("--out", metavar="DIR", help="study directory (default studies/NAME-<time>)")
+        p.add_argument(
+            "--out", metavar="DIR", help="study directory (default runs/studies/NAME-<time>)"
+        )
         p.add_argument("--overwrite", action="store_true", help="redo every run of --out")
         p.add_argument("--repeats", type=int, default=3, metavar="N", help="default 3")
         p.add_argument(
@@ -331,9 +333,10 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """``trainscope compare RUN_A RUN_B ...``."""
+    from trainscope.records.run_dir import output_root
     from trainscope.reports.compare import build_comparison, print_comparison
 
-    comparison = build_comparison(args.run_dirs, args.out)
+    comparison = build_comparison(args.run_dirs, args.out or output_root() / "compare")
     if not args.quiet:
         print_comparison(comparison)
     return 0
@@ -507,8 +510,10 @@ def _print_plan(plan: Any) -> None:
 def _default_study_out(name: str) -> str:
     from datetime import datetime, timezone
 
+    from trainscope.records.run_dir import output_root
+
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    return f"studies/{name}-{stamp}"
+    return str(output_root() / "studies" / f"{name}-{stamp}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

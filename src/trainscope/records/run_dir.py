@@ -29,6 +29,15 @@ RUN_FILES = (
     "model.safetensors",
 )
 
+OUT_ROOT_ENV = "TRAINSCOPE_RUNS"
+
+
+def output_root() -> Path:
+    """Where runs, studies and comparisons go when no --out is given: ``runs/`` in the
+    current folder, or the folder ``$TRAINSCOPE_RUNS`` names."""
+    return Path(os.environ.get(OUT_ROOT_ENV) or "runs")
+
+
 # Stages of a run in the order they are shown. Their seconds add up to wall_time_s:
 # "other" is computed as wall - sum(the rest) and is reported, never hidden.
 STAGES = (

@@ -50,10 +50,12 @@ from trainscope.workloads import check_options
 
 
 def default_out(cfg: RunConfig) -> Path:
-    """runs/<workload>-<UTC timestamp> for runs without --out."""
+    """runs/<workload>-<UTC timestamp> for runs without --out (runs/: see output_root)."""
+    from trainscope.records.run_dir import output_root
+
     name = re.sub(r"[^\w.-]+", "_", cfg.workload.name)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    return Path("runs") / f"{name}-{stamp}"
+    return output_root() / f"{name}-{stamp}"
 
 
 def run(cfg: RunConfig, console: RunConsole | None = None) -> dict[str, Any]:
