@@ -53,6 +53,10 @@ def require_browser() -> None:
         pytest.skip(SKIP_MESSAGE)
 
 
+_WIDE_PRE_JS = """() => Array.from(document.querySelectorAll('pre'))
+  .filter(p => p.scrollWidth > p.clientWidth + 1).map(p => p.textContent.slice(0, 60))"""
+
+
 def browser_problems(html_path: Path, screenshot: Path | None = None) -> list[str]:
     """Load ``html_path`` in headless Chromium; return every problem seen ([] = clean).
 
@@ -86,6 +90,9 @@ def browser_problems(html_path: Path, screenshot: Path | None = None) -> list[st
                 Path(html_path).resolve().as_uri(), wait_until="load", timeout=LOAD_TIMEOUT_MS
             )
             problems += [f"broken image: {src}" for src in page.evaluate(_BROKEN_IMAGES_JS)]
+            # A code block wider than the page (a long command) must wrap, not scroll.
+            page.set_viewport_size({"width": 800, "height": 900})
+            problems += [f"code block overflows: {t}" for t in page.evaluate(_WIDE_PRE_JS)]
             if screenshot is not None:
                 page.set_viewport_size({"width": 1200, "height": 900})
                 page.screenshot(path=str(screenshot), full_page=True)

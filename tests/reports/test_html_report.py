@@ -134,3 +134,16 @@ def test_browser_check_catches_broken_pages(tmp_path: Path) -> None:
     assert "request failed: " in text and "missing.png" in text
     assert "page error: " in text and "boom" in text
     assert "console error: logged problem" in text
+
+
+def test_a_long_command_wraps_in_the_html_report(tmp_path: Path) -> None:
+    """The Reproduce block of a study (a long `trainscope study ...` line, a path) wraps
+    inside the page instead of running off it."""
+    require_browser()
+    from trainscope.reports.document import Document, write_document
+
+    doc = Document("Reproduce")
+    doc.code("trainscope study loader " + " ".join(f"--set key{i}=value{i}" for i in range(40)))
+    doc.code("/a/" + "very-long-folder-name" * 20 + "/study")
+    (html,) = [p for p in write_document(doc, tmp_path) if p.suffix == ".html"]
+    assert browser_problems(html) == []

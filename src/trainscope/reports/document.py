@@ -397,7 +397,7 @@ code, pre { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, "Liberat
   monospace; font-size: 0.9em; }
 code { background: #f3f4f6; padding: 0.1em 0.3em; border-radius: 4px; }
 pre { background: #f6f8fa; border: 1px solid #d0d7de; border-radius: 6px; padding: 0.8em 1em;
-  overflow-x: auto; white-space: pre; }
+  white-space: pre-wrap; overflow-wrap: anywhere; }
 pre code { background: none; padding: 0; }
 blockquote.note { margin: 1em 0; padding: 0.6em 1em; background: #fff8e6;
   border-left: 4px solid #d4a017; border-radius: 4px; }
