@@ -4,4 +4,23 @@ Importing the package must stay cheap: nothing here imports torch (``trainscope 
 and the report commands run without it).
 """
 
+from typing import Any
+
 __version__ = "0.1.0"
+
+
+def run(*args: Any, **kwargs: Any) -> Any:
+    """Train as ``trainscope run`` does; see :func:`trainscope.api.run`."""
+    from trainscope.api import run as _run
+
+    return _run(*args, **kwargs)
+
+
+def report(*args: Any, **kwargs: Any) -> Any:
+    """Build a run's or a study's report; see :func:`trainscope.api.report`."""
+    from trainscope.api import report as _report
+
+    return _report(*args, **kwargs)
+
+
+__all__ = ["__version__", "report", "run"]
