@@ -526,3 +526,15 @@ def test_run_help_lists_every_workload_and_groups_the_flags(
     assert all(flag_group(dest) in titles for dest, _ in RUN_FLAGS.values())
     body = out.split("precision and memory:")[1].split("training:")[0]
     assert "--precision" in body and "--checkpointing" in body and "--compile" in body
+
+
+def test_quiet_run_prints_no_warnings(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """-q prints errors only: torch's warning about more DataLoader workers than CPUs (or
+    any other) is not printed."""
+    argv = ["run", "--num-workers", "4", "--epochs", "1", "--max-steps-per-epoch", "2"]
+    code, out, err = run_main(capsys, *argv, "--out", str(tmp_path / "q"), "-q")
+    assert code == 0 and out == "" and err == "", err
+    code, _, err = run_main(capsys, *argv, "--out", str(tmp_path / "loud"), "--no-progress")
+    assert code == 0
+    if len(os.sched_getaffinity(0)) < 4:  # torch warns only where 4 workers exceed the CPUs
+        assert "worker" in err  # the same run, not quiet, says it

@@ -542,6 +542,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     with warnings.catch_warnings():
         warnings.showwarning = _show_warning
+        if getattr(args, "quiet", False):
+            warnings.simplefilter("ignore")  # -q: errors only (and the launched workers too)
         try:
             with signals_end_runs():
                 return handlers[args.command](args)
