@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from torch import nn
 from torch.utils.data import TensorDataset
 
 from trainscope.config import WorkloadConfig
@@ -308,6 +309,24 @@ def make(cfg):
 
 def not_a_workload(cfg):
     return {"model": None}
+
+
+def regress(cfg):
+    # y = x . w + noise: float targets, a (B, 1) output, mean squared error.
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(256, 4, generator=g)
+    y = x @ torch.tensor([1.0, -2.0, 0.5, 3.0]) + 0.01 * torch.randn(256, generator=g)
+    split = lambda a, b: TensorDataset(x[a:b], y[a:b])
+    return Workload(
+        name="regress",
+        model=nn.Linear(4, 1),
+        train_set=split(0, 192),
+        val_set=split(192, 224),
+        test_set=split(224, 256),
+        num_classes=0,
+        task="regression",
+        loss_fn=lambda out, t: nn.functional.mse_loss(out.squeeze(-1), t),
+    )
 """
 
 
@@ -515,3 +534,35 @@ def test_synthetic_augment_makes_an_imageset_train_set() -> None:
     x, _ = aug.train_set[0]
     assert x.shape == (2, 12, 10) and aug.model(x[None]).shape == (1, 10)
     assert not torch.allclose(x, plain.train_set[0][0])
+
+
+def test_a_regression_workload_trains_and_reports_regression_metrics(
+    user_package: str, tmp_path: Path
+) -> None:
+    """Float targets: no bincount, no accuracy; MSE, MAE and R² instead."""
+    from trainscope.config import from_dict
+    from trainscope.train.run import run
+
+    cfg = from_dict(
+        {
+            "workload": {"name": f"{user_package}.workloads:regress"},
+            "train": {"epochs": 20, "optimizer": "adam", "lr": 0.1},
+            "out": str(tmp_path / "r"),
+            "runtime": {"progress": False},
+        }
+    )
+    summary = run(cfg)
+    assert summary["status"] == "completed"
+    assert summary["test_accuracy"] is None and summary["per_class_accuracy"] is None
+    metrics = summary["test_metrics"]
+    assert metrics["r2"] > 0.9 and metrics["mse"] < 1.0 and metrics["mae"] > 0
+    assert summary["epochs"][-1]["r2"] is not None and summary["epochs"][-1]["val_accuracy"] is None
+    from trainscope.reports.tables import overview_table
+
+    rows = dict(map(tuple, overview_table(summary).rows))
+    assert rows["Test accuracy"] == "–" and float(rows["Test R^2"]) > 0.9
+
+
+def test_an_unknown_task_is_refused() -> None:
+    with pytest.raises(ConfigError, match="unknown task"):
+        Workload("w", nn.Linear(1, 1), [], None, None, 0, task="ranking")

@@ -495,6 +495,10 @@ def overview_table(summary: dict[str, Any], env: dict[str, Any] | None = None) -
         rows.append(["Peak memory, largest rank", fmt_bytes(summary["peak_memory_bytes_max_rank"])])
     if _is_number(summary.get("tokens_per_s")):
         rows.append(["Tokens/s", fmt_rate(summary["tokens_per_s"])])
+    test_metrics = summary.get("test_metrics") or {}
+    for key, label in (("mse", "Test MSE"), ("mae", "Test MAE"), ("r2", "Test R^2")):
+        if _is_number(test_metrics.get(key)):  # a regression workload's figures
+            rows.append([label, fmt_float(test_metrics[key])])
     if _is_number(last.get("perplexity")):
         rows.append(["Val perplexity (last epoch)", fmt_float(last["perplexity"])])
     system = summary.get("system") or {}

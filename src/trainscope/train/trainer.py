@@ -363,7 +363,7 @@ class Trainer:
         self.stages["evaluation"] += time.perf_counter() - t0
         row.update(val_t=t0 - self.ctx.origin, val_s=time.perf_counter() - t0)
         row.update(val_loss=val["loss"], val_accuracy=val.get("accuracy"))
-        row.update({k: v for k, v in val.items() if k in ("perplexity",)})
+        row.update({k: v for k, v in val.items() if k in ("perplexity", "mse", "mae", "r2")})
 
     def end_epoch(self, row: dict[str, Any]) -> None:
         """Record the epoch's row everywhere it goes."""
@@ -483,6 +483,10 @@ class Trainer:
             skipped_steps=ctx.precision.skipped_steps,
             test_loss=test["loss"] if test else None,
             test_accuracy=test.get("accuracy") if test else None,
+            # Every figure the workload's metrics computed (MSE, MAE, R² for regression).
+            test_metrics={k: v for k, v in test.items() if k != "per_class_accuracy"}
+            if test
+            else None,
             per_class_accuracy=(
                 dict(zip(self.workload.class_names, test["per_class_accuracy"]))
                 if test and test.get("per_class_accuracy")

@@ -79,6 +79,48 @@ class ClassificationMetrics:
         }
 
 
+class RegressionMetrics:
+    """Loss, mean squared and mean absolute error, and R² over evaluation batches (any
+    target shape; float targets). Sums stay on the device, read once in :meth:`compute`."""
+
+    def __init__(self, device: torch.device) -> None:
+        z = {"dtype": torch.float64, "device": device}
+        self._loss_sum, self._se, self._ae = (torch.zeros((), **z) for _ in range(3))
+        self._y, self._y2 = torch.zeros((), **z), torch.zeros((), **z)
+        self._count = 0
+        self._values = 0
+
+    def update(self, outputs: torch.Tensor, targets: torch.Tensor, loss: torch.Tensor) -> None:
+        """Add one batch (``loss`` is the batch mean)."""
+        y = targets.double().reshape(-1)
+        pred = outputs.double().reshape(y.shape)  # (B, 1) outputs against (B,) targets
+        self._loss_sum += loss.detach().double() * targets.shape[0]
+        self._count += targets.shape[0]
+        self._se += (pred - y).square().sum()
+        self._ae += (pred - y).abs().sum()
+        self._y += y.sum()
+        self._y2 += y.square().sum()
+        self._values += y.numel()
+
+    def compute(self) -> dict[str, Any]:
+        """Mean loss, MSE, MAE and R² (1 - SSE / total sum of squares around the mean)."""
+        n = max(self._values, 1)
+        se = self._se.item()
+        total = self._y2.item() - self._y.item() ** 2 / n
+        return {
+            "loss": self._loss_sum.item() / max(self._count, 1),
+            "mse": se / n,
+            "mae": self._ae.item() / n,
+            "r2": 1.0 - se / total if total > 0 else None,
+            "samples": self._count,
+            "accuracy": None,
+            "per_class_accuracy": None,
+        }
+
+
+TASKS = ("classification", "regression")
+
+
 @dataclass
 class Workload:
     """What a run trains: model, train/val/test sets, loss and metrics.
@@ -106,16 +148,28 @@ class Workload:
     """Analytic training FLOPs (forward + backward) of one sample: gives MFU."""
     info: dict[str, Any] = field(default_factory=dict)
     """Workload facts for the summary (e.g. trainable vs total parameters)."""
+    task: str = "classification"
+    """classification (loss, accuracy, per-class accuracy; integer targets) | regression
+    (loss, MSE, MAE, R²; float targets). ``metrics_factory`` overrides either."""
     artifacts: dict[str, Any] = field(default_factory=dict)
     """JSON-able objects saved beside the weights as ``RUN_DIR/<name>.json`` (e.g. a
     vocabulary), so a run directory alone can rebuild and use the model."""
 
     def __post_init__(self) -> None:
-        if not self.class_names:
+        if self.task not in TASKS:
+            from trainscope.errors import ConfigError
+
+            raise ConfigError(
+                f"workload {self.name!r}: unknown task {self.task!r}; choose one of "
+                f"{', '.join(TASKS)} (or give metrics_factory)"
+            )
+        if not self.class_names and self.task == "classification":
             self.class_names = [str(i) for i in range(self.num_classes)]
 
     def new_metrics(self, device: torch.device) -> Metrics:
         """A fresh accumulator for one evaluation pass."""
         if self.metrics_factory is not None:
             return self.metrics_factory(device)
+        if self.task == "regression":
+            return RegressionMetrics(device)
         return ClassificationMetrics(self.num_classes, device)
