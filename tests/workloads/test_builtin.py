@@ -308,7 +308,26 @@ def make(cfg):
 
 
 def not_a_workload(cfg):
-    return {"model": None}
+    return "a string"
+
+
+def plain_parts(cfg):
+    # No Workload, no subclass: a model, two datasets and a loss.
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(96, 3, generator=g)
+    y = (x[:, 0] > 0).long()
+    return nn.Sequential(nn.Linear(3, 8), nn.ReLU(), nn.Linear(8, 2)), \
+        TensorDataset(x[:64], y[:64]), TensorDataset(x[64:], y[64:]), \
+        nn.functional.cross_entropy
+
+
+def plain_dict(cfg):
+    parts = dict(zip(("model", "train_set", "val_set", "loss_fn"), plain_parts(cfg)))
+    return {**parts, "test_set": parts["val_set"], "class_names": ["neg", "pos"]}
+
+
+def bad_parts(cfg):
+    return {"model": nn.Linear(1, 1), "train": []}
 
 
 def regress(cfg):
@@ -357,7 +376,7 @@ def test_user_factory_builds_workload(user_package: str, tmp_path: Path) -> None
 
 def test_user_factory_returning_non_workload(user_package: str, tmp_path: Path) -> None:
     spec = f"{user_package}.workloads:not_a_workload"
-    with pytest.raises(ConfigError, match=r"returned dict, not a Workload"):
+    with pytest.raises(ConfigError, match=r"returned str, not a Workload"):
         build_workload(WorkloadConfig(name=spec), tmp_path)
 
 
@@ -566,3 +585,32 @@ def test_a_regression_workload_trains_and_reports_regression_metrics(
 def test_an_unknown_task_is_refused() -> None:
     with pytest.raises(ConfigError, match="unknown task"):
         Workload("w", nn.Linear(1, 1), [], None, None, 0, task="ranking")
+
+
+@pytest.mark.parametrize("factory", ["plain_parts", "plain_dict"])
+def test_a_factory_may_return_plain_parts(user_package: str, tmp_path: Path, factory: str) -> None:
+    """A model, datasets and a loss (a tuple or a dict) are wrapped into a Workload: the
+    run trains, evaluates and counts two classes from the model's last layer."""
+    from trainscope.config import from_dict
+    from trainscope.train.run import run
+
+    spec = f"{user_package}.workloads:{factory}"
+    wl = build_workload(WorkloadConfig(name=spec), tmp_path)
+    assert wl.num_classes == 2 and wl.task == "classification"
+    cfg = from_dict(
+        {
+            "workload": {"name": spec},
+            "train": {"epochs": 3, "optimizer": "adam", "lr": 0.05},
+            "out": str(tmp_path / factory),
+            "runtime": {"progress": False},
+        }
+    )
+    summary = run(cfg)
+    assert summary["status"] == "completed" and summary["epochs"][-1]["val_accuracy"] > 0.6
+    if factory == "plain_dict":
+        assert set(summary["per_class_accuracy"]) == {"neg", "pos"}
+
+
+def test_plain_parts_with_unknown_keys_are_one_clear_error(user_package: str, tmp_path) -> None:
+    with pytest.raises(ConfigError, match="unknown key.*train.*missing train_set"):
+        build_workload(WorkloadConfig(name=f"{user_package}.workloads:bad_parts"), tmp_path)

@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from trainscope.errors import ConfigError
 
@@ -94,15 +94,74 @@ def load_factory(spec: str) -> Callable[..., Workload]:
     return factory
 
 
+PART_KEYS = ("model", "train_set", "val_set", "loss_fn", "test_set", "task", "num_classes",
+             "metrics_factory", "collate_fn", "class_names", "description")  # fmt: skip
+
+
+def wrap_parts(spec: str, parts: Any) -> Workload:
+    """A factory's plain parts as a Workload, without subclassing anything: a
+    ``(model, train_set, val_set, loss_fn)`` tuple, or a dict with those keys and any of
+    ``test_set``, ``task`` ("classification" by default, or "regression"),
+    ``num_classes`` (classification: read off the model's last Linear layer if not
+    given), ``metrics_factory``, ``collate_fn``, ``class_names``, ``description``."""
+    from torch import nn
+
+    from trainscope.workloads.base import Workload
+
+    if isinstance(parts, (tuple, list)):
+        if len(parts) != 4:
+            raise ConfigError(
+                f"workload factory {spec!r} returned {len(parts)} parts; a tuple is "
+                "(model, train_set, val_set, loss_fn)"
+            )
+        parts = dict(zip(("model", "train_set", "val_set", "loss_fn"), parts))
+    unknown = sorted(set(parts) - set(PART_KEYS))
+    missing = [k for k in ("model", "train_set") if k not in parts]
+    if unknown or missing:
+        raise ConfigError(
+            f"workload factory {spec!r}: "
+            + (f"unknown key(s) {', '.join(map(str, unknown))}; " if unknown else "")
+            + (f"missing {', '.join(missing)}; " if missing else "")
+            + f"allowed: {', '.join(PART_KEYS)}"
+        )
+    model = parts["model"]
+    if not isinstance(model, nn.Module):
+        raise ConfigError(
+            f"workload factory {spec!r}: model is {type(model).__name__}, not a nn.Module"
+        )
+    task = parts.get("task", "classification")
+    num_classes = parts.get("num_classes")
+    if num_classes is None:
+        linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+        num_classes = linears[-1].out_features if task == "classification" and linears else 0
+    extra = {k: parts[k] for k in ("metrics_factory", "collate_fn", "class_names") if parts.get(k)}
+    if parts.get("loss_fn") is not None:
+        extra["loss_fn"] = parts["loss_fn"]
+    return Workload(
+        name=spec,
+        model=model,
+        train_set=parts["train_set"],
+        val_set=parts.get("val_set"),
+        test_set=parts.get("test_set"),
+        num_classes=num_classes,
+        task=task,
+        description=parts.get("description") or f"{type(model).__name__} from {spec}",
+        **extra,
+    )
+
+
 def build_workload(cfg: WorkloadConfig, cache_dir: Path) -> Workload:
     """Make the workload a config names; user factories are called with the WorkloadConfig."""
     from trainscope.workloads.base import Workload
 
     if ":" in cfg.name:
         wl = load_factory(cfg.name)(cfg)
+        if isinstance(wl, (dict, tuple, list)):
+            wl = wrap_parts(cfg.name, wl)
         if not isinstance(wl, Workload):
             raise ConfigError(
-                f"workload factory {cfg.name!r} returned {type(wl).__name__}, not a Workload"
+                f"workload factory {cfg.name!r} returned {type(wl).__name__}, not a Workload "
+                "(nor a dict or a (model, train_set, val_set, loss) tuple)"
             )
         return wl
     return _builtin(cfg.name)(cfg, cache_dir)
