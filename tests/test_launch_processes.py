@@ -290,3 +290,26 @@ def test_conclude_names_a_silent_rank_and_completes_its_record(tmp_path: Path) -
     rank1 = json.loads((run / "ranks" / "rank1" / "summary.json").read_text())
     assert rank1["status"] == "failed" and "killed by SIGKILL" in rank1["error"]
     assert json.loads((run / "summary.json").read_text())["error"] == "x"  # kept
+
+
+def test_the_readme_config_example_runs_under_nproc_2(tmp_path: Path) -> None:
+    """The YAML of the README's Config section, as printed there (ddp, 2 processes, bf16,
+    4 workers, pin_memory), trains to completion on MNIST-format files, quietly."""
+    import re
+
+    import yaml
+
+    from tests.conftest import REPO_ROOT, write_mnist_dir
+
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"### Config\n.*?```yaml\n(.*?)```", readme, flags=re.S)
+    assert block is not None, "the README's Config section lost its YAML example"
+    config = yaml.safe_load(block.group(1))
+    assert config["dist"]["nproc"] == 2
+    write_mnist_dir(tmp_path / config["workload"]["data_dir"], n_train=300, n_test=60)
+    (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(config))
+    done = trainscope(tmp_path, "run", "--config", "cfg.yaml", *SHORT, "--out", "r", "-q")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "" and done.stderr == ""  # -q: errors only, every rank
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["world_size"] == 2
