@@ -128,6 +128,8 @@ def _execute(
     failures: dict[str, str] = {}
     order = [r for r in execution_order(plan.runs)]
     todo = [r for r in order if r.applicable]
+    # Read once: the runs kept from an earlier invocation take no time in this one.
+    done_before = {r.id for r in todo if not overwrite and _completed(study_dir / r.rel_dir)}
     result.not_applicable = [r.id for r in order if not r.applicable]
     for r in plan.runs:
         if not r.applicable and not r.warmup and r.repeat == 1:
@@ -138,7 +140,7 @@ def _execute(
         for i, planned in enumerate(todo, 1):
             run_dir = study_dir / planned.rel_dir
             tag = f"[{i}/{len(todo)}] {planned.id}"
-            if not overwrite and _completed(run_dir):
+            if planned.id in done_before:
                 result.skipped.append(planned.id)
                 say(f"{tag}: already done, kept")
                 continue
@@ -162,9 +164,7 @@ def _execute(
             result.executed.append(planned.id)
             durations.append(time.perf_counter() - t0)
             note = " (warm-up, discarded)" if planned.warmup else ""
-            left = _time_left(
-                durations, [r for r in todo[i:] if not _completed(study_dir / r.rel_dir)]
-            )
+            left = _time_left(durations, [r for r in todo[i:] if r.id not in done_before])
             say(f"{tag}: {summary.get('status')} in {durations[-1]:.2f} s{note}{left}")
     except (KeyboardInterrupt, Terminated) as e:
         status = "interrupted" if isinstance(e, KeyboardInterrupt) else f"stopped ({e})"

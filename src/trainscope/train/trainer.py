@@ -173,12 +173,8 @@ class Trainer:
         # The memory meter counts on the second step of this attempt (the first when the
         # run takes one step only): by then the optimizer's states exist, as in every later
         # step. Data-only runs take no model step: nothing to count.
-        planned = len(self.train_loader) * max(cfg.train.epochs - self.state.epoch, 1)
-        if cfg.train.max_steps_per_epoch:
-            planned = min(planned, cfg.train.max_steps_per_epoch * cfg.train.epochs)
-        self.step_fn = (
-            data_step if cfg.train.data_only else MemoryProbe(train_step, 2 if planned > 1 else 1)
-        )
+        probe_at = 2 if self.total_steps > 1 else 1  # the run's steps, as the schedule counts
+        self.step_fn = data_step if cfg.train.data_only else MemoryProbe(train_step, probe_at)
         timer = make_stage_timer(ctx.device, cfg.runtime.timing)
         self.timer = ProgressTimer(timer, self.progress) if self.progress is not None else timer
         progress_timer = self.timer
