@@ -5,7 +5,8 @@ on GPUs) of the deep MLP in ``many_tensors.py`` (64 parameter tensors). The stra
 run round-robin, ``--runs`` times each, so a slow spell of the machine hits all of them;
 the script prints the median time per iteration, the median gradient-sync time per
 iteration (the ``comm`` stage of the hand-written strategies; DDP's is inside backward)
-and the ratios of the medians:
+and, per pair of strategies, the ratio of the medians where trainscope's rule allows a
+claim (see :func:`verdicts`):
 
     python benchmarks/sync_strategies.py --runs 5
     python benchmarks/sync_strategies.py --runs 5 --device cuda   # with 2 GPUs
@@ -22,7 +23,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+from trainscope.spread import differ, no_difference_text, spread
+
 STRATEGIES = ("ddp", "gather-scatter", "allreduce")
+# The pairs compared, each as a / b.
+PAIRS = (("gather-scatter", "ddp"), ("allreduce", "ddp"), ("gather-scatter", "allreduce"))
 HERE = Path(__file__).resolve().parent
 
 
@@ -51,6 +56,21 @@ def one_run(strategy: str, out: Path, args: argparse.Namespace) -> dict:
         "comm_ms": 1e3 * comm / steps if comm is not None else None,
         "backward_ms": 1e3 * s["stages_s"]["backward"] / steps,
     }
+
+
+def verdicts(iter_ms: dict[str, list[float]]) -> list[str]:
+    """One line per pair in PAIRS: ``"a / b: 1.23x"``, the ratio of the median times per
+    iteration, only where the two differ by trainscope's rule (``trainscope.spread``: both
+    measured at least twice and their spreads, the IQR from 5 runs and the min–max range
+    below, do not overlap); otherwise why no ratio is given."""
+    iters = {s: spread(values) for s, values in iter_ms.items()}
+    lines = []
+    for a, b in PAIRS:
+        if differ(iters[a], iters[b]):
+            lines.append(f"{a} / {b}: {iters[a].median / iters[b].median:.2f}x")
+        else:
+            lines.append(f"{a} / {b}: {no_difference_text(iters[a], iters[b])}")
+    return lines
 
 
 def main() -> None:
@@ -83,16 +103,9 @@ def main() -> None:
             f"| {s} | {med(s, 'iter_ms'):.2f} | {min(its):.2f}–{max(its):.2f} | "
             f"{'in backward' if comm is None else f'{comm:.2f}'} | {med(s, 'backward_ms'):.2f} |"
         )
-    # A ratio only where the min–max ranges of the two strategies do not overlap.
-    from trainscope.spread import differ, no_difference_text, spread
-
-    iters = {s: spread(x["iter_ms"] for x in results[s]) for s in STRATEGIES}
-    for a, b in (("gather-scatter", "ddp"), ("allreduce", "ddp"), ("gather-scatter", "allreduce")):
-        if differ(iters[a], iters[b]):
-            print(f"\n{a} / {b}: {iters[a].median / iters[b].median:.2f}x", end="")
-        else:
-            print(f"\n{a} / {b}: {no_difference_text(iters[a], iters[b])}", end="")
     print()
+    for line in verdicts({s: [x["iter_ms"] for x in results[s]] for s in STRATEGIES}):
+        print(line)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -57,12 +58,17 @@ _WIDE_PRE_JS = """() => Array.from(document.querySelectorAll('pre'))
   .filter(p => p.scrollWidth > p.clientWidth + 1).map(p => p.textContent.slice(0, 60))"""
 
 
-def browser_problems(html_path: Path, screenshot: Path | None = None) -> list[str]:
+def browser_problems(
+    html_path: Path, screenshot: Path | None = None, visible: Sequence[str] = ()
+) -> list[str]:
     """Load ``html_path`` in headless Chromium; return every problem seen ([] = clean).
 
     Problems are console messages of type error, uncaught page errors, failed requests
-    and ``<img>`` elements that are not ``complete`` with a non-zero natural width. With
-    ``screenshot``, the whole page is also saved there as a PNG, as a reader would see it.
+    and ``<img>`` elements that are not ``complete`` with a non-zero natural width; and,
+    for each CSS selector in ``visible``, no such element, or one a reader cannot see
+    (Playwright's ``is_visible``: a non-empty box, not ``visibility: hidden``) at the
+    screenshot's width. With ``screenshot``, the whole page is also saved there as a PNG,
+    as a reader would see it.
     """
     from playwright.sync_api import sync_playwright
 
@@ -93,8 +99,14 @@ def browser_problems(html_path: Path, screenshot: Path | None = None) -> list[st
             # A code block wider than the page (a long command) must wrap, not scroll.
             page.set_viewport_size({"width": 800, "height": 900})
             problems += [f"code block overflows: {t}" for t in page.evaluate(_WIDE_PRE_JS)]
+            page.set_viewport_size({"width": 1200, "height": 900})
+            for selector in visible:
+                found = page.locator(selector)
+                if found.count() == 0:
+                    problems.append(f"missing: {selector}")
+                elif not found.first.is_visible():
+                    problems.append(f"not visible: {selector}")
             if screenshot is not None:
-                page.set_viewport_size({"width": 1200, "height": 900})
                 page.screenshot(path=str(screenshot), full_page=True)
         finally:
             browser.close()

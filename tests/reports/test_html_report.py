@@ -136,6 +136,33 @@ def test_browser_check_catches_broken_pages(tmp_path: Path) -> None:
     assert "console error: logged problem" in text
 
 
+@pytest.mark.timeout(60)
+def test_browser_check_catches_what_a_reader_cannot_see(tmp_path: Path) -> None:
+    # What a test asks to see must be there and visible, or "== []" proves nothing.
+    require_browser()
+    page = tmp_path / "hidden.html"
+    # A 1x1 PNG shown 40 px wide: a picture that decodes, hidden by its style.
+    pixel = (
+        "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kg"
+        "AAAABJRU5ErkJggg=="
+    )
+    page.write_text(
+        '<!DOCTYPE html><html><head><meta charset="utf-8"><title>h</title></head><body>'
+        f'<img alt="Timeline of the run" src="data:image/png;base64,{pixel}"'
+        ' width="40" style="display: none">'
+        '<table id="tab-shown"><tr><td>shown</td></tr></table>'
+        '<table id="tab-hidden" style="visibility: hidden"><tr><td>x</td></tr></table>'
+        "</body></html>",
+        encoding="utf-8",
+    )
+    wanted = ["img[alt^='Timeline']", "table#tab-shown", "table#tab-hidden", "table#tab-gone"]
+    assert browser_problems(page, visible=wanted) == [
+        "not visible: img[alt^='Timeline']",
+        "not visible: table#tab-hidden",
+        "missing: table#tab-gone",
+    ]
+
+
 def test_a_long_command_wraps_in_the_html_report(tmp_path: Path) -> None:
     """The Reproduce block of a study (a long `trainscope study ...` line, a path) wraps
     inside the page instead of running off it."""

@@ -414,6 +414,9 @@ def test_a_real_slow_rank_is_named_as_the_straggler(
     assert done.returncode == 0, done.stderr
     record = load_run(tmp_path / "r")
     assert record.summary["world_size"] == 2 and record.summary["strategy"] == strategy
+    # After the wall: a real gather across the ranks, and no weights saved (timed as 0).
+    after = record.summary["after_wall_s"]
+    assert after["gather_ranks"] > 0 and after["save_weights"] == 0.0, after
     doc = Document("t")
     findings = straggler_section(record, doc)
     shown = f"{doc.to_markdown(tmp_path)}\n{_per_step_ms(record)}"  # what failed, if any
@@ -433,7 +436,8 @@ def test_a_real_slow_rank_is_named_as_the_straggler(
 
 def _check_the_whole_report(record: Any, tmp_path: Path) -> None:
     """The 2-rank run report as a reader gets it: the straggler view and a timeline with
-    one stage row per rank, a trace with one process per rank, clean in a browser."""
+    one stage row per rank, a trace with one process per rank, clean in a browser, where
+    the timeline and the per-rank tables are visible on a whole-page screenshot."""
     from tests.reports.browser import browser_problems, require_browser
     from tests.reports.test_trace import check_trace, load_strict
     from trainscope.reports.run_report import build_run_report
@@ -447,7 +451,14 @@ def _check_the_whole_report(record: Any, tmp_path: Path) -> None:
     assert {e["pid"] for e in trace["traceEvents"] if e.get("ph") == "X"} == {0, 1}
     require_browser()
     shot = tmp_path / "report.png"
-    assert browser_problems(report.html_path, screenshot=shot) == []
+    # The timeline figure, the per-rank stage table (slowest rank per stage) and the
+    # waiting table, each shown on the page, not only present in its source.
+    must_see = ["img[alt^='Timeline']", "table#tab-rank-stages", "table#tab-rank-waiting"]
+    assert browser_problems(report.html_path, screenshot=shot, visible=must_see) == []
+    import matplotlib.image
+
+    image = matplotlib.image.imread(shot)
+    assert image.shape[1] >= 1000 and image.shape[0] > 2000  # the whole page, figures included
     keep = os.environ.get("TRAINSCOPE_KEEP_SCREENSHOTS")
     if keep:
         shutil.copy(shot, Path(keep) / "two_rank_report.png")

@@ -51,6 +51,7 @@ def _write_rank(
     step_s: float,
     comm: bool,
     old_system: bool,
+    checkpoint_s: float | None,
 ) -> None:
     d.mkdir(parents=True, exist_ok=True)
     summary = dict(summary)
@@ -79,6 +80,12 @@ def _write_rank(
             {"event": "epoch", "epoch": ep, "t_start": t_start, "t_end": val_t, "train_loss": 1.0}
             | {"val_t": val_t, "val_s": VAL_S}
         )
+        if checkpoint_s is not None:  # as the trainer logs one: after the epoch's validation
+            path = f"checkpoints/step-{n}"
+            metrics.append(
+                {"event": "checkpoint", "step": n, "path": path, "t": t, "seconds": checkpoint_s}
+            )
+            t += checkpoint_s
     metrics.append({"event": "test", "t": t, "seconds": TEST_S, "accuracy": 0.9})
     t += TEST_S
     _jsonl(d / "metrics.jsonl", metrics)
@@ -113,9 +120,11 @@ def write_run_dir(
     old_system: bool = False,
     clock: bool = True,
     summary: dict[str, Any] | None = None,
+    checkpoint_s: float | None = None,
 ) -> Path:
     """A run directory with ``world_size`` ranks; rank R's origin is ``rank_offsets[R]``
-    seconds after rank 0's (every rank records the same local times)."""
+    seconds after rank 0's (every rank records the same local times). With
+    ``checkpoint_s``, a checkpoint of that many seconds is written after every epoch."""
     run = root / name
     base = {"status": "completed", "workload": "digits", "model": "LeNet5", "device": "cpu"}
     base |= {"precision": "fp32", "timing_mode": "perf_counter", "world_size": world_size}
@@ -132,6 +141,7 @@ def write_run_dir(
             step_s=step_s,
             comm=world_size > 1,
             old_system=old_system,
+            checkpoint_s=checkpoint_s,
         )
     return run
 
@@ -182,6 +192,33 @@ def test_two_ranks_draw_one_row_each_on_a_shared_axis(tmp_path: Path) -> None:
     files = timeline_section(load_run(run), doc, tmp_path / "plots")
     assert_png(files[0])
     assert "clock sync" in " ".join(p.text for p in _blocks(doc, Paragraph))
+
+
+def test_checkpoints_are_spans_on_the_timeline_and_drawn(tmp_path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    from trainscope.reports.timeline import _draw_stage_row
+
+    run = write_run_dir(tmp_path, steps=20, epochs=2, checkpoint_s=0.2)
+    timeline = load_timeline(run)
+    (r0,) = timeline.ranks
+    ckpts = [sp for sp in r0.spans if sp.name == "checkpoint"]
+    # After epoch 1's validation: setup, 10 steps of 10 ms, validation.
+    first = SETUP_S + 10 * 0.01 + VAL_S
+    assert [(sp.step, sp.duration) for sp in ckpts] == [(10, 0.2), (20, 0.2)]
+    assert ckpts[0].start == pytest.approx(first)
+    assert ckpts[1].start == pytest.approx(first + 0.2 + 10 * 0.01 + VAL_S)
+    # The axis reaches the end of the run, the last checkpoint included.
+    assert timeline.bounds()[1] == pytest.approx(ckpts[1].start + 0.2 + TEST_S)
+    fig, ax = plt.subplots()
+    try:
+        drawn = _draw_stage_row(ax, r0, 0.0, *timeline.bounds())
+    finally:
+        plt.close(fig)
+    assert "checkpoint" in drawn  # in the stage row, in the checkpoint stage's colour
+    doc = Document("t")
+    assert_png(timeline_section(load_run(run), doc, tmp_path / "plots")[0])
+    assert "checkpoint writes" in " ".join(p.text for p in _blocks(doc, Paragraph))
 
 
 def test_short_steps_are_drawn_as_shares_and_the_report_says_so(tmp_path: Path) -> None:

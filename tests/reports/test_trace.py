@@ -12,6 +12,7 @@ import pytest
 from tests.reports.test_timeline import write_run_dir
 from trainscope.records.run_dir import load_run
 from trainscope.reports.trace import (
+    TID_OUTSIDE,
     TID_STEPS,
     chrome_trace,
     thread_id,
@@ -145,6 +146,25 @@ def test_trace_of_one_rank_passes_the_schema_and_is_strict_json(tmp_path: Path) 
     meta = trace["metadata"]["trainscope"]
     assert meta["ts0_unix"] == pytest.approx(1_700_000_000.0)
     assert meta["workload"] == "digits" and meta["notes"] == []
+
+
+def test_checkpoints_have_a_track_of_their_own(tmp_path: Path) -> None:
+    run = write_run_dir(tmp_path, world_size=2, checkpoint_s=0.2)
+    trace = load_strict(write_chrome_trace(run, tmp_path / "trace.json"))
+    check_trace(trace)
+    _no_overlap_per_track(trace["traceEvents"])
+    for pid, shift in ((0, 0.0), (1, 0.25e6)):
+        ckpts = [
+            e for e in trace["traceEvents"] if e.get("cat") == "checkpoint" and e["pid"] == pid
+        ]
+        assert [e["args"] for e in ckpts] == [{"step": 10}, {"step": 20}]
+        assert all(e["name"] == "checkpoint" and e["dur"] == pytest.approx(0.2e6) for e in ckpts)
+        assert {e["tid"] for e in ckpts} == {_thread(trace, pid, "checkpoints")}
+        # After epoch 1: setup 0.3 s, 10 steps of 10 ms, validation 0.05 s.
+        assert ckpts[0]["ts"] == pytest.approx(0.45e6 + shift)
+    # Setup and evaluation keep their own track.
+    test = next(e for e in trace["traceEvents"] if e.get("cat") == "test" and e["pid"] == 0)
+    assert test["tid"] == thread_id(0, TID_OUTSIDE)
 
 
 def test_rank_one_lands_on_pid_one_shifted_by_the_clock_difference(tmp_path: Path) -> None:

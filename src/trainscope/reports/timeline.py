@@ -2,9 +2,9 @@
 
 Read from the run record alone (no torch): step lines carry ``t``, the host time at which
 the step began, and ``stages``, the seconds of each stage in the order they ran; epoch,
-test and setup lines carry their own times; system samples carry ``mono``. All are seconds
-since the run's clock origin (a monotonic clock), and ``summary["clock"]["unix_at_origin"]``
-puts that origin on the calendar.
+test, checkpoint and setup lines carry their own times; system samples carry ``mono``. All
+are seconds since the run's clock origin (a monotonic clock), and
+``summary["clock"]["unix_at_origin"]`` puts that origin on the calendar.
 
 A multi-rank run keeps rank R's files in ``ranks/rank<R>/`` with its own origin; ranks are
 put on rank 0's axis by the difference of their ``unix_at_origin``. On one machine that is
@@ -84,12 +84,14 @@ class Step:
 
 @dataclass(slots=True)
 class Span:
-    """A stretch of time outside the step loop: ``setup``, ``validation`` or ``test``."""
+    """A stretch of time outside the step loop: ``setup``, ``validation``, ``test`` or
+    ``checkpoint`` (``step``: the step the checkpoint was taken after)."""
 
     name: str
     start: float
     duration: float
     epoch: int | None = None
+    step: int | None = None
 
 
 @dataclass(slots=True)
@@ -197,10 +199,12 @@ def _epochs_and_spans(record: RunRecord, offset: float) -> tuple[list[Epoch], li
             vt, vs = _num(ev.get("val_t")), _num(ev.get("val_s"))
             if vt is not None and vs is not None and vs >= 0:
                 spans.append(Span("validation", vt + offset, vs, n))
-        elif kind == "test":
+        elif kind in ("test", "checkpoint"):
             t, s = _num(ev.get("t")), _num(ev.get("seconds"))
             if t is not None and s is not None and s >= 0:
-                spans.append(Span("test", t + offset, s))
+                step = ev.get("step")
+                step = step if isinstance(step, int) and not isinstance(step, bool) else None
+                spans.append(Span(kind, t + offset, s, step=step))
     return epochs, spans
 
 
@@ -259,7 +263,8 @@ def _rank_records(run: RunRecord, notes: list[str]) -> list[tuple[int, RunRecord
 
 
 def load_timeline(run: RunRecord | str | os.PathLike[str]) -> Timeline:
-    """Every rank's steps, epochs, evaluation/setup spans and system samples on one axis.
+    """Every rank's steps, epochs, setup/evaluation/checkpoint spans and system samples on
+    one axis.
 
     The axis is seconds since rank 0's clock origin. Rank R's times are shifted by
     ``unix_at_origin(R) - unix_at_origin(0)``: exact on one machine, as good as the clock
@@ -316,7 +321,12 @@ _PANEL_LABELS = {
 }
 
 # Spans outside the loop are drawn in the colour of the stage they count towards.
-_SPAN_STAGE = {"setup": "setup", "validation": "evaluation", "test": "evaluation"}
+_SPAN_STAGE = {
+    "setup": "setup",
+    "validation": "evaluation",
+    "test": "evaluation",
+    "checkpoint": "checkpoint",
+}
 
 
 def _line_color(i: int) -> Any:
@@ -329,7 +339,8 @@ def _line_color(i: int) -> Any:
 def _draw_background(
     ax: Axes, ref: RankTimeline | None, label_epochs: bool, spans: bool = True
 ) -> None:
-    # Epoch boundaries and evaluation/setup spans of the reference rank, behind the data.
+    # Epoch boundaries and setup/evaluation/checkpoint spans of the reference rank, behind
+    # the data.
     if ref is None:
         return
     for sp in ref.spans if spans else ():
@@ -481,9 +492,9 @@ def timeline_figure(
 
     Top panels: system metrics over time (process CPU %, RSS, and per GPU util %, memory
     used and power when recorded), one line per rank and GPU. Bottom panel: one row per
-    rank showing which loop stage ran when (setup and evaluation spans included), in the
-    stage colours of the other figures. Epoch boundaries (dashed) and evaluation/setup
-    spans (tinted) of rank 0 are drawn behind every panel.
+    rank showing which loop stage ran when (setup, evaluation and checkpoint spans
+    included), in the stage colours of the other figures. Epoch boundaries (dashed) and
+    setup/evaluation/checkpoint spans (tinted) of rank 0 are drawn behind every panel.
     """
     if not timeline.has_steps:
         return []
@@ -525,7 +536,8 @@ def timeline_figure(
         _draw_system_panel(ax, metric, lines)
 
     ax = axes[-1]
-    # Every stage row shows its own rank's setup and evaluation: only epochs behind them.
+    # Every stage row shows its own rank's setup, evaluation and checkpoints: only epochs
+    # behind them.
     _draw_background(ax, ref, label_epochs=not panels, spans=False)
     drawn: set[str] = set()
     for y, rank in enumerate(rows):
@@ -584,7 +596,7 @@ def timeline_section(record: RunRecord, doc: Document, plots_dir: str | Path) ->
         " the recorded stage durations; in a run timed with CUDA events those durations are"
         " GPU times, so a band shows how long the stage took, placed from the host step"
         " start, not when the GPU ran it. Dashed lines are epoch boundaries; tinted spans"
-        " are setup and evaluation."
+        " are setup, evaluation and checkpoint writes."
     )
     lo, hi = timeline.bounds()
     if any(_drawn_as_shares(r, lo, hi) for r in timeline.ranks[:MAX_DRAWN_RANKS]):

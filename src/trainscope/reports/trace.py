@@ -2,8 +2,9 @@
 
 Built from the same per-rank records as the timeline figure (:func:`load_timeline`), on
 the same axis: one process per rank ("rank R"), one thread per loop stage plus threads for
-epochs, whole steps and setup/evaluation, complete events (``ph: "X"``) with ``ts`` and
-``dur`` in microseconds, and counter events (``ph: "C"``) for the system samples.
+epochs, whole steps, setup/evaluation and checkpoint writes, complete events
+(``ph: "X"``) with ``ts`` and ``dur`` in microseconds, and counter events (``ph: "C"``)
+for the system samples.
 
 The file is strict JSON (written through ``trainscope.records.jsonio``): no NaN, and text
 from the record (workload and model names) goes in as JSON string values only.
@@ -37,12 +38,14 @@ TID_SYSTEM = 1
 TID_EPOCHS = 2
 TID_STEPS = 3
 TID_OUTSIDE = 4  # setup and evaluation: outside the step loop
+TID_CHECKPOINTS = 5  # checkpoint writes: between steps, or after an epoch's validation
 _TID_FIRST_STAGE = 10
 _FIXED_THREADS = {
     TID_SYSTEM: "system samples",
     TID_EPOCHS: "epochs",
     TID_STEPS: "steps",
     TID_OUTSIDE: "setup + evaluation",
+    TID_CHECKPOINTS: "checkpoints",
 }
 
 # Counter events per system metric: (name, unit, factor from the record's unit). Perfetto
@@ -151,11 +154,11 @@ def chrome_trace(run: RunRecord | Timeline | str | os.PathLike[str]) -> dict[str
             name = f"epoch {e.epoch}" if e.epoch is not None else "epoch"
             args = present(epoch=e.epoch)
             complete(pid, TID_EPOCHS, name, "epoch", e.start, e.end - e.start, args)
-        if rank.spans:
-            locals_used.add(TID_OUTSIDE)
         for sp in rank.spans:
-            args = present(epoch=sp.epoch)
-            complete(pid, TID_OUTSIDE, sp.name, sp.name, sp.start, sp.duration, args)
+            local = TID_CHECKPOINTS if sp.name == "checkpoint" else TID_OUTSIDE
+            locals_used.add(local)
+            args = present(epoch=sp.epoch, step=sp.step)
+            complete(pid, local, sp.name, sp.name, sp.start, sp.duration, args)
         if rank.steps:
             locals_used.add(TID_STEPS)
         for s in rank.steps:

@@ -19,7 +19,7 @@ from torch import nn
 
 from trainscope.errors import TrainscopeError
 from trainscope.records import OwnedDir, prepare_run_dir, reopen_run_dir
-from trainscope.runtime.dist import DistInfo, broadcast_object
+from trainscope.runtime.dist import DistInfo, broadcast_object, gather_objects
 
 
 def agree_run_dir(info: DistInfo, make: Callable[[], OwnedDir]) -> tuple[Path, OwnedDir | None]:
@@ -86,6 +86,20 @@ def rank_summary(info: DistInfo, summary: dict[str, Any], hostname: str) -> dict
     return {"rank": info.rank, "local_rank": info.local_rank, "host": hostname} | {
         k: summary.get(k) for k in keys
     }
+
+
+def gather_ranks(info: DistInfo, summary: dict[str, Any]) -> None:
+    """Rank 0's summary gets every rank's figures and the spread of each stage (a
+    collective: every rank calls it; nothing to do in a one-process run)."""
+    if info.world_size == 1:
+        return
+    import socket
+
+    every = gather_objects(rank_summary(info, summary, socket.gethostname()), info)
+    summary["ranks"] = every
+    summary["stage_spread"] = stage_spread(every)
+    peaks = [r["peak_memory_bytes"] for r in every if r.get("peak_memory_bytes") is not None]
+    summary["peak_memory_bytes_max_rank"] = max(peaks) if peaks else None
 
 
 def stage_spread(ranks: list[dict[str, Any]]) -> dict[str, dict[str, float]]:

@@ -25,7 +25,7 @@ from trainscope.profiling.timer import ProgressTimer, device_sync, make_stage_ti
 from trainscope.records import STAGES, RunWriter, atomic_write_json
 from trainscope.records.steady import steady_state
 from trainscope.runtime import seed_everything
-from trainscope.runtime.dist import DistInfo, gather_objects
+from trainscope.runtime.dist import DistInfo
 from trainscope.strategies.base import Strategy
 from trainscope.tracking import Sinks
 from trainscope.train import faults, ranks
@@ -450,7 +450,7 @@ class Trainer:
 
     def finish(self) -> None:
         """Close the stages on the wall time; results, memory and ranks into the summary;
-        then save the weights (timed apart, after the wall)."""
+        then save the weights. What follows the wall is timed apart (``after_wall_s``)."""
         ctx, cfg, stages, summary = self.ctx, self.cfg, self.stages, self.summary
         device_sync(ctx.device)
         if not ctx.strategy.comm_stage:
@@ -460,9 +460,10 @@ class Trainer:
         if not cfg.runtime.compile:
             stages.pop("compile")
         # wall_time_s: from the run's start (after interpreter start-up and imports) to the
-        # end of its last evaluation; the stages partition it. Saving weights and writing the
-        # summary come after it (see "after_wall_s"); the process time adds the start-up.
-        wall = self.wall_before + time.perf_counter() - ctx.t_start
+        # end of its last evaluation; the stages partition it. What comes after it is timed
+        # in "after_wall_s" or named in "after_wall_not_timed"; process time adds start-up.
+        wall_end = time.perf_counter()
+        wall = self.wall_before + wall_end - ctx.t_start
         stages["other"] = wall - sum(v for k, v in stages.items() if k != "other")
         test = self.test_result
         summary.update(
@@ -504,11 +505,18 @@ class Trainer:
             summary["peak_memory_kind"] = "process_peak_rss"
         self._memory_figures()
         self._throughput_figures()
-        self._gather_ranks()
+        t0 = time.perf_counter()
+        ranks.gather_ranks(ctx.info, summary)
+        after = summary["after_wall_s"] = {"summary_figures": t0 - wall_end}
+        after.update(gather_ranks=time.perf_counter() - t0, save_weights=0.0)
+        summary["after_wall_not_timed"] = (
+            "stopping the system sampler, writing summary.json, tracking uploads and the"
+            " interpreter's exit"
+        )
         if cfg.train.save_weights and not cfg.train.data_only:
             t0 = time.perf_counter()
             self.save_weights()
-            summary["after_wall_s"] = {"save_weights": time.perf_counter() - t0}
+            after["save_weights"] = time.perf_counter() - t0
 
     def _memory_figures(self) -> None:
         """The ``memory`` section: what the probe step held, by component."""
@@ -549,19 +557,6 @@ class Trainer:
             summary["mfu_note"] = (
                 f"no known peak FLOP/s for {device.type} at {precision}; set {ENV_VAR} to give one"
             )
-
-    def _gather_ranks(self) -> None:
-        """Rank 0's summary gets every rank's figures and the spread of each stage."""
-        info, summary = self.ctx.info, self.summary
-        if info.world_size == 1:
-            return
-        import socket
-
-        every = gather_objects(ranks.rank_summary(info, summary, socket.gethostname()), info)
-        summary["ranks"] = every
-        summary["stage_spread"] = ranks.stage_spread(every)
-        peaks = [r["peak_memory_bytes"] for r in every if r.get("peak_memory_bytes") is not None]
-        summary["peak_memory_bytes_max_rank"] = max(peaks) if peaks else None
 
     def save_weights(self) -> None:
         """model.safetensors (+ the workload's artifacts as JSON), written by rank 0.
