@@ -157,9 +157,9 @@ def assert_latex_inert(tex: str, tmp_path: Path) -> None:
     """Comments stay comments; no \\input/\\write18 from a record; the tables compile."""
     assert latex_problems(tex) == []
     assert not CONTROL.search(tex)
-    head = tex.split("\\begin{table}", 1)[0]
+    head = re.split(r"\\begin\{(?:table|longtable)\}|\\begingroup", tex, maxsplit=1)[0]
     assert all(line.startswith("%") for line in head.splitlines() if line.strip()), head
-    assert not re.search(r"\\input\{(?!tables\.tex\})", tex)
+    assert not re.search(r"\\input\{(?!(?:tables|compare)\.tex\})", tex)
     assert "\\write18" not in tex and "\\textbackslash{}input" in tex  # shown, as text
     if find_latex() is not None:  # the real proof, where LaTeX is installed
         compile_latex(tex, tmp_path / str(len(list(tmp_path.glob("latex*")))))

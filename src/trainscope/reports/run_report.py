@@ -30,6 +30,7 @@ from trainscope.reports.plots import loss_curve, stage_pie
 from trainscope.reports.quantize_section import quantize_section
 from trainscope.reports.stragglers import straggler_section
 from trainscope.reports.tables import (
+    LATEX_NEEDS,
     Table,
     attempts_table,
     epoch_table,
@@ -206,7 +207,7 @@ def _render_latex(record: RunRecord, report: RunReport) -> str:
     tex = [
         f"% Tables of trainscope run '{latex_escape(record.path.name)}'"
         " (generated; do not edit by hand).",
-        "% Needs \\usepackage{booktabs} in the preamble; \\input{tables.tex} where wanted.",
+        LATEX_NEEDS,
         "",
     ]
     for key in TABLE_ORDER:

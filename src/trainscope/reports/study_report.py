@@ -18,7 +18,7 @@ from trainscope.records.study_dir import StudyRecord, load_study
 from trainscope.reports.document import Document, escape_inline, inline_code, write_document
 from trainscope.reports.outdir import default_or, report_dir
 from trainscope.reports.section import Section
-from trainscope.reports.tables import Table, latex_escape
+from trainscope.reports.tables import LATEX_NEEDS, Table, latex_escape
 
 
 @dataclass
@@ -152,7 +152,7 @@ def _latex(study: StudyRecord, tables: dict[str, Table]) -> str:
     tex = [
         f"% Tables of trainscope study '{latex_escape(study.path.name)}' "
         f"({latex_escape(study.plan.kind)}); generated, do not edit.",
-        "% Needs \\usepackage{booktabs}; \\input{tables.tex} where wanted.",
+        LATEX_NEEDS,
         "",
     ]
     tex += [t.to_latex() for t in tables.values() if t.rows]

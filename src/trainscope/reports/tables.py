@@ -14,13 +14,19 @@ from typing import Any
 
 from trainscope.records.run_dir import STAGE_LABELS, STAGES
 
+# MISSING (an en dash) is shown wherever a value is missing or null; LATEX_NEEDS and
+# LATEX_PACKAGES name what a .tex file of these tables needs in its preamble.
+from trainscope.reports.latex_layout import (  # noqa: F401 (re-exported)
+    LATEX_NEEDS,
+    LATEX_PACKAGES,
+    MISSING,
+    table_to_latex,
+)
+
 # The escapers live in trainscope.textsafe, one per output format; latex_escape is
 # re-exported here, where table code has always found it.
 from trainscope.textsafe import html_text, markdown_text
 from trainscope.textsafe import latex_escape as latex_escape
-
-# Shown wherever a value is missing or null (an en dash, as in printed tables).
-MISSING = "–"
 
 # ---------------------------------------------------------------------------------------
 # Number formatting
@@ -187,38 +193,18 @@ class Table:
         return "\n".join(lines) + "\n"
 
     def to_latex(self) -> str:
-        """A complete ``table`` environment using booktabs rules (needs ``booktabs``)."""
-        lines = [
-            r"\begin{table}[ht]",
-            r"\centering",
-            rf"\begin{{tabular}}{{{self.alignment()}}}",
-            r"\toprule",
-            " & ".join(latex_escape(c) for c in self.columns) + r" \\",
-            r"\midrule",
-        ]
-        for row in self.cells():
-            cells = [_times(latex_escape(c)) for c in row]
-            # A row starting with "*" right after the previous row's "\\" would be read
-            # as "\\*" (and the star dropped): an empty group in front keeps it text.
-            if cells and cells[0].startswith("*"):
-                cells[0] = "{}" + cells[0]
-            lines.append(" & ".join(cells) + r" \\")
-        lines += [r"\bottomrule", r"\end{tabular}"]
-        if self.caption:
-            lines.append(rf"\caption{{{_times(latex_escape(self.caption))}}}")
-        if self.label:
-            # Labels are identifiers, not text: keep only characters LaTeX accepts there.
-            lines.append(rf"\label{{{re.sub(r'[^A-Za-z0-9:._-]', '-', self.label)}}}")
-        lines.append(r"\end{table}")
-        return "\n".join(lines) + "\n"
+        """The table as LaTeX with booktabs rules, sized to fit the page.
 
-
-_RATIO_X = re.compile(r"(?<=\d)x(?=$|[\s),;])")
-
-
-def _times(tex: str) -> str:
-    """A ratio such as ``1.45x`` typeset as ``1.45$\\times$`` (escaped text in, out)."""
-    return _RATIO_X.sub(lambda _: r"$\times$", tex)
+        A table of up to :data:`LONG_TABLE_ROWS` rows is a ``table`` float, its tabular
+        scaled down to ``\\linewidth`` when, and only when, it is wider (graphicx's
+        ``\\resizebox``, measured by TeX itself), set in a smaller font where it would
+        otherwise be taller than a page. A longer table is a ``longtable`` that breaks
+        across pages and repeats its header; it cannot be scaled, so its width is
+        estimated and it is set in a smaller font, given wrapped ``p{}`` columns or split
+        into parts (the first column repeated), as that needs. The file needs
+        :data:`LATEX_PACKAGES` (the header comment :data:`LATEX_NEEDS` says so).
+        """
+        return table_to_latex(self)
 
 
 # ---------------------------------------------------------------------------------------
