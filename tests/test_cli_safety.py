@@ -189,6 +189,42 @@ def test_report_out_refuses_a_user_folder_and_keeps_user_files(capsys, tmp_path)
     assert (run / "report" / "plots" / "stages.png").is_file()
 
 
+def snapshot(root: Path) -> dict[str, bytes]:
+    """Every file under ``root`` (links not followed, a link shown as its target)."""
+    out = {}
+    for base, dirs, names in os.walk(root):
+        for n in names + [d for d in dirs if (Path(base) / d).is_symlink()]:
+            p = Path(base) / n
+            rel = str(p.relative_to(root))
+            out[rel] = f"-> {os.readlink(p)}".encode() if p.is_symlink() else p.read_bytes()
+    return out
+
+
+def test_report_never_writes_through_a_linked_plots_folder(capsys, tmp_path):
+    run = tmp_path / "run"
+    assert cli(capsys, "run", "--out", str(run), *TINY)[0] == 0
+    assert cli(capsys, "report", str(run), "-q")[0] == 0
+    # The user swaps the report's plots/ for a link to a folder of their own, holding a
+    # figure with the very name a report draws.
+    mine = precious(tmp_path / "figures")
+    (mine / "stages.png").write_text("my own figure")
+    for f in (run / "report" / "plots").iterdir():
+        f.unlink()
+    (run / "report" / "plots").rmdir()
+    os.symlink(mine, run / "report" / "plots")
+    before = snapshot(tmp_path)
+    code, err = cli(capsys, "report", str(run), "-q")
+    assert code != 0
+    one_line(err, f"{run / 'report' / 'plots'} is a symbolic link", "remove the link")
+    assert (mine / "stages.png").read_text() == "my own figure"
+    assert snapshot(tmp_path) == before  # nothing written anywhere, nothing cleared
+    # With the link gone, the report is built again in a folder of its own.
+    os.unlink(run / "report" / "plots")
+    assert cli(capsys, "report", str(run), "-q")[0] == 0
+    assert (run / "report" / "plots" / "stages.png").is_file()
+    assert sorted(os.listdir(mine)) == ["logs", "paper.tex", "stages.png"]
+
+
 def test_compare_out_refuses_a_user_folder(capsys, tmp_path):
     run = tmp_path / "run"
     assert cli(capsys, "run", "--out", str(run), *TINY)[0] == 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -12,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
+import trainscope.reports
 from trainscope.errors import TrainscopeError
 from trainscope.records.ownership import LOCK, MARKER, claim_dir, clear_owned, read_marker
+from trainscope.records.run_dir import reopen_run_dir
 
 
 def _tree(root: Path) -> list[str]:
@@ -291,6 +294,43 @@ def test_a_directory_written_before_markers_is_recognised(tmp_path):
     assert (study / "study.json").exists() and (study / "runs" / "a" / "r1").is_dir()
 
 
+def _legacy_report(root: Path, *figures: str) -> Path:
+    (root / "plots").mkdir(parents=True)
+    (root / "tables.tex").write_text("% Tables of trainscope run 'x' (generated)\n")
+    (root / "report.md").write_text("# old")
+    for name in figures:
+        (root / "plots" / name).write_bytes(b"png")
+    return root
+
+
+def test_a_users_figure_in_an_old_report_folder_is_never_taken(tmp_path):
+    """A pre-marker report folder is trainscope's only when plots/ holds nothing but the
+    figures trainscope draws: a figure of the user's there keeps the whole folder."""
+    report = _legacy_report(tmp_path / "report", "stages.png", "loss.svg")
+    (report / "plots" / "my-figure.png").write_bytes(b"the user's own")
+    before = _tree(report)
+    with pytest.raises(TrainscopeError, match="no trainscope marker"):
+        claim_dir(report, "report", existing="clear")
+    assert _tree(report) == before
+    assert (report / "plots" / "my-figure.png").read_bytes() == b"the user's own"
+    assert not (report / MARKER).exists()
+
+
+def test_every_figure_a_report_draws_is_recognised_in_an_old_report_folder(tmp_path):
+    from trainscope.records.ownership import REPORT_FIGURES
+
+    # The names, as the report modules write them (plots / "loss.png"), not a second list.
+    drawn = set()
+    for module in Path(trainscope.reports.__file__).parent.glob("*.py"):
+        drawn |= set(re.findall(r'"(\w+)\.(?:png|svg)"', module.read_text(encoding="utf-8")))
+    assert {"stages", "loss", "memory", "timeline", "precision_loss"} <= drawn
+    assert drawn <= set(REPORT_FIGURES), drawn - set(REPORT_FIGURES)
+    figures = [f"{name}.{ext}" for name in sorted(drawn) for ext in ("png", "svg")]
+    report = _legacy_report(tmp_path / "report", *figures)
+    claim_dir(report, "report", existing="clear").release()
+    assert not (report / "plots").exists() and not (report / "report.md").exists()
+
+
 @pytest.mark.parametrize(
     "files",
     [
@@ -316,3 +356,41 @@ def test_a_lock_file_replaced_by_a_link_is_one_line(tmp_path):
     os.symlink(tmp_path / "elsewhere", run / LOCK)
     with pytest.raises(TrainscopeError, match="is not writable"):
         claim_dir(run, "run", existing="clear")
+
+
+def test_a_folder_it_writes_into_that_is_a_link_is_refused(tmp_path):
+    """Writing never follows a link that deleting would not: a sub-folder trainscope is
+    about to write into (or one above it) that is a link is refused in one line, before
+    anything is written or listed, and the link and what it points to stay as they are."""
+    outside = _outside(tmp_path)
+    before = _tree(outside)
+    run = tmp_path / "run"
+    owned = claim_dir(run, "run")
+    (run / "ranks").mkdir()
+    os.symlink(outside, run / "ranks" / "rank1")
+    cases = {
+        "checkpoints": (["checkpoints/step-2/model.safetensors"], ["checkpoints/step-2"]),
+        "tensorboard": ([], ["tensorboard"]),
+        "wandb": (["wandb/run.log"], []),
+        "ranks/rank1": ([], ["ranks", "ranks/rank1"]),
+    }
+    for link, (files, dirs) in cases.items():
+        if "/" not in link:
+            os.symlink(outside, run / link)
+        with pytest.raises(TrainscopeError, match=f"{run / link} is a symbolic link") as e:
+            owned.record(*files, dirs=dirs)
+        assert "\n" not in str(e.value)
+    assert read_marker(run)["files"] == [] and read_marker(run)["dirs"] == []
+    # A run's or study's own report folder, claimed inside it, is no --out of the user's.
+    os.symlink(outside, run / "report")
+    with pytest.raises(TrainscopeError, match="report is a symbolic link"):
+        claim_dir(run / "report", "report", existing="clear", register=True)
+    owned.release()
+    # A resumed run writes checkpoints: refused before it trains, and the lock is given back.
+    (run / "summary.json").write_text('{"schema_version": 1, "status": "failed"}')
+    with pytest.raises(TrainscopeError, match="checkpoints is a symbolic link"):
+        reopen_run_dir(run)
+    assert _tree(outside) == before
+    assert all(os.path.islink(run / name) for name in [*cases, "report"])
+    os.unlink(run / "checkpoints")
+    reopen_run_dir(run).release()

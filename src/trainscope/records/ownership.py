@@ -101,6 +101,31 @@ def _read_marker_at(dir_fd: int) -> dict[str, Any] | None:
     return data
 
 
+def _real_dir(path: Path) -> bool:
+    """``path`` is a directory, and not a symbolic link to one."""
+    return not path.is_symlink() and path.is_dir()
+
+
+def refuse_linked_folder(root: Path, rel: str | PurePosixPath) -> None:
+    """Refuse, in one line, when ``root/rel`` or a folder between ``root`` and it is a
+    symbolic link: trainscope is about to write there, and it writes only into folders it
+    made. Deleting never follows a link either, so what a write through one left behind
+    could never be cleared. The link and what it points to stay as they are (the user made
+    it; removing it is theirs to decide). ``root`` itself is not checked: it is the
+    ``--out`` the user chose."""
+    path = Path(root)
+    for part in PurePosixPath(rel).parts:
+        path = path / part
+        if path.is_symlink():
+            raise TrainscopeError(
+                f"{path} is a symbolic link; trainscope writes only into folders it made, "
+                "never through a link: remove the link (what it points to is not touched) "
+                "and run again"
+            )
+        if not path.exists():
+            return  # nothing below a missing folder exists yet
+
+
 class OwnedDir:
     """A directory trainscope writes, locked for as long as this object holds it.
 
@@ -127,11 +152,16 @@ class OwnedDir:
         return list(self._marker["files"])
 
     def record(self, *files: str, dirs: Iterable[str] = ()) -> None:
-        """Add files (and sub-folders) to the marker, before they are written."""
+        """Add files (and sub-folders) to the marker, before they are written.
+
+        A folder on the way to any of them that is a symbolic link is refused (one line):
+        the caller is about to write there, and trainscope never writes through a link."""
         changed = False
         for key, names in (("files", files), ("dirs", dirs)):
             for name in names:
-                rel = str(_safe_rel(str(PurePosixPath(name))))
+                safe = _safe_rel(str(PurePosixPath(name)))
+                refuse_linked_folder(self.path, safe if key == "dirs" else safe.parent)
+                rel = str(safe)
                 if rel not in self._marker[key]:
                     self._marker[key].append(rel)
                     changed = True
@@ -141,7 +171,7 @@ class OwnedDir:
     def tree(self, folder: str) -> set[str]:
         """Every regular file now under ``folder`` (relative paths; links not followed)."""
         root = self.path / folder
-        if root.is_symlink() or not root.is_dir():
+        if not _real_dir(root):
             return set()
         found = set()
         for base, _, names in os.walk(root, followlinks=False):
@@ -153,6 +183,8 @@ class OwnedDir:
         """Record the files that appeared under ``folder`` since ``before`` (its
         :meth:`tree` when writing began): what a build or a tracking sink wrote there,
         which only it knows, and never a file someone else had put there."""
+        if not _real_dir(self.path / folder):
+            return  # never made, or now a link: nothing was written there
         new = sorted(self.tree(folder) - before)
         parents = {str(PurePosixPath(f).parent) for f in new}
         self.record(*new, dirs=sorted(parents | {folder}))
@@ -236,11 +268,14 @@ def claim_dir(
     marker is always refused: it holds someone else's files, unless everything in it is a
     name an earlier trainscope wrote there (see ``_LEGACY_FILES``). ``what`` names the
     option in messages. ``register`` lists the directory in its parent's marker (a run's
-    or study's own ``report/`` folder, built later by another command).
+    or study's own ``report/`` folder, built later by another command); such a folder
+    that is a symbolic link is refused, like every sub-folder trainscope writes into.
     """
     if kind not in KINDS:
         raise ValueError(f"unknown directory kind {kind!r}")
     p = Path(path)
+    if register:  # a folder inside a run or study: a link there is not the user's --out
+        refuse_linked_folder(p.parent, p.name)
     if p.is_symlink() and existing == "clear" and p.is_dir() and _foreign_entries(p):
         raise TrainscopeError(
             f"{what} {p} is a symbolic link; trainscope never deletes through a link: "
@@ -332,6 +367,21 @@ _LEGACY_FILES = {
 }  # fmt: skip
 _LEGACY_DIRS = {"report": "plots", "study": "runs"}
 
+# The figures trainscope draws in a report's plots/, each as .png and .svg: those of a run
+# report, then those of the study reports, and precision_wall, which versions before
+# markers drew where precision_time is now. A pre-marker plots/ holding any other file
+# (a user's own figure) is not recognised, so nothing in it is taken or removed.
+# tests/records/test_ownership.py checks that every figure name the report modules write
+# is here.
+REPORT_FIGURES = (
+    "stages", "loss", "memory", "timeline",
+    "loader_sweep", "loader_per_iteration",
+    "precision_loss", "precision_time", "precision_wall", "precision_memory",
+    "strategies_time_per_iter", "strategies_stages",
+    "checkpointing_frontier",
+)  # fmt: skip
+_LEGACY_FIGURE_FILES = {f"{name}.{ext}" for name in REPORT_FIGURES for ext in ("png", "svg")}
+
 
 def _legacy_marker(p: Path, kind: str) -> dict[str, Any] | None:
     """A marker for a directory an earlier trainscope wrote, listing what it wrote; None
@@ -344,9 +394,9 @@ def _legacy_marker(p: Path, kind: str) -> dict[str, Any] | None:
         if entry.is_file(follow_symlinks=False) and entry.name in known:
             files.append(entry.name)
         elif entry.name == folder and entry.is_dir(follow_symlinks=False) and kind == "report":
-            # The figures an earlier build drew: plain PNG/SVG files only.
+            # The figures an earlier build drew: plain files with the names it draws only.
             for fig in os.scandir(entry.path):
-                if not (fig.is_file(follow_symlinks=False) and fig.name.endswith((".png", ".svg"))):
+                if not (fig.is_file(follow_symlinks=False) and fig.name in _LEGACY_FIGURE_FILES):
                     return None
                 files.append(f"{folder}/{fig.name}")
         elif entry.name == folder and entry.is_dir(follow_symlinks=False):

@@ -14,7 +14,7 @@ import yaml
 from trainscope.errors import TrainscopeError
 from trainscope.records.attempts import current_events
 from trainscope.records.jsonio import atomic_write_json, dumps, read_json_object
-from trainscope.records.ownership import OwnedDir, claim_dir
+from trainscope.records.ownership import OwnedDir, claim_dir, refuse_linked_folder
 
 SCHEMA_VERSION = 1
 
@@ -77,10 +77,16 @@ def reopen_run_dir(path: str | os.PathLike, kind: str = "run") -> OwnedDir:
         raise TrainscopeError(f"--resume {p}: not a run directory (no summary.json there)")
     owned = claim_dir(p, kind, existing="keep", what="--resume")
     try:
+        # It goes on writing checkpoints: a linked folder is refused now, before training,
+        # not when the first new checkpoint is due.
+        refuse_linked_folder(owned.path, "checkpoints")
         owned.record(*RUN_FILES)
     except OSError as e:
         owned.release()
         raise TrainscopeError(f"--resume {owned.path} is not writable: {e.strerror or e}") from None
+    except TrainscopeError:
+        owned.release()
+        raise
     return owned
 
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from trainscope.errors import TrainscopeError
-from trainscope.records.ownership import OwnedDir, claim_dir
+from trainscope.records.ownership import OwnedDir, claim_dir, refuse_linked_folder
 
 
 @contextlib.contextmanager
@@ -26,10 +26,13 @@ def report_dir(
 
     A folder holding files trainscope did not write is refused; one it wrote before keeps
     only what someone else added. What appears in each of ``folders`` (e.g. ``plots``)
-    during the build is recorded when it ends, and nothing that was there before. A failed
-    write becomes one line naming the folder. ``register``: the default report folder of
-    a run or study, listed in that directory's marker.
+    during the build is recorded when it ends, and nothing that was there before; one of
+    them that is a symbolic link is refused before anything is cleared or written. A
+    failed write becomes one line naming the folder. ``register``: the default report
+    folder of a run or study, listed in that directory's marker.
     """
+    for folder in folders:  # before anything is cleared: a refused build changes nothing
+        refuse_linked_folder(Path(out), folder)
     owned = claim_dir(out, kind, existing="clear", what=what, register=register)
     before = {folder: owned.tree(folder) for folder in folders}
     try:
