@@ -20,6 +20,7 @@ import yaml
 from trainscope import __version__
 from trainscope.cli_flags import FLAG_GROUPS, RUN_FLAGS, flag_group, refuse_what_the_study_sets
 from trainscope.errors import ConfigError, Terminated, TrainscopeError
+from trainscope.recipes import recipes_help
 from trainscope.textsafe import one_line, terminal_text
 
 
@@ -42,8 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
     p_run = sub.add_parser(
         "run",
         help="train a workload and write a run record",
-        description="Train a workload (default: scikit-learn digits, offline, under a minute on "
+        description="Train a workload (default: scikit-learn digits, offline, under a minute on\n"
         "CPU) and write its run directory. Flags override --config.",
+        epilog=recipes_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_run_flags(p_run)
     p_run.add_argument(

@@ -573,8 +573,11 @@ def _check_types(cls: type, values: dict[str, Any], where: str) -> None:
 
 
 def from_dict(data: dict[str, Any] | None) -> RunConfig:
-    """Build and validate a RunConfig from nested plain data (as in config.yaml)."""
-    data = dict(data or {})
+    """Build and validate a RunConfig from nested plain data (as in config.yaml); the
+    workload's default recipe (:mod:`trainscope.recipes`) fills what the data leave out."""
+    from trainscope.recipes import apply_recipe
+
+    data = apply_recipe(dict(data or {}), WorkloadConfig.name)
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
         if key in SECTIONS:

@@ -95,18 +95,25 @@ def load_factory(spec: str) -> Callable[..., Workload]:
 
 
 PART_KEYS = ("model", "train_set", "val_set", "loss_fn", "test_set", "task", "num_classes",
-             "metrics_factory", "collate_fn", "class_names", "description")  # fmt: skip
+             "metrics_factory", "collate_fn", "class_names", "description",
+             "tokens_per_sample")  # fmt: skip
 
 
 def wrap_parts(spec: str, parts: Any) -> Workload:
     """A factory's plain parts as a Workload, without subclassing anything: a
     ``(model, train_set, val_set, loss_fn)`` tuple, or a dict with those keys and any of
-    ``test_set``, ``task`` ("classification" by default, or "regression"),
-    ``num_classes`` (classification: read off the model's last Linear layer if not
-    given), ``metrics_factory``, ``collate_fn``, ``class_names``, ``description``."""
+    ``test_set``, ``task`` ("classification" by default, "regression" or
+    "language-modelling"), ``num_classes`` (classification: read off the model's last
+    Linear layer if not given), ``metrics_factory``, ``collate_fn``, ``class_names``,
+    ``description``.
+
+    ``model`` may also be a ``transformers`` model, or its hub name or local folder (a
+    string), loaded for the task with its head: either is called with the batch's named
+    tensors (or token ids) and gives its logits."""
     from torch import nn
 
     from trainscope.workloads.base import Workload
+    from trainscope.workloads.hf import HFModel, is_hf_model, load_by_name
 
     if isinstance(parts, (tuple, list)):
         if len(parts) != 4:
@@ -115,6 +122,8 @@ def wrap_parts(spec: str, parts: Any) -> Workload:
                 "(model, train_set, val_set, loss_fn)"
             )
         parts = dict(zip(("model", "train_set", "val_set", "loss_fn"), parts))
+    keys = ("metrics_factory", "collate_fn", "class_names", "tokens_per_sample")
+    extra = {k: parts[k] for k in keys if parts.get(k)}
     unknown = sorted(set(parts) - set(PART_KEYS))
     missing = [k for k in ("model", "train_set") if k not in parts]
     if unknown or missing:
@@ -124,17 +133,25 @@ def wrap_parts(spec: str, parts: Any) -> Workload:
             + (f"missing {', '.join(missing)}; " if missing else "")
             + f"allowed: {', '.join(PART_KEYS)}"
         )
-    model = parts["model"]
-    if not isinstance(model, nn.Module):
-        raise ConfigError(
-            f"workload factory {spec!r}: model is {type(model).__name__}, not a nn.Module"
-        )
     task = parts.get("task", "classification")
     num_classes = parts.get("num_classes")
+    model = parts["model"]
+    if isinstance(model, str):  # a transformers model by name
+        model = load_by_name(model, task, num_classes, f"workload factory {spec!r}")
+    if is_hf_model(model):
+        if task == "classification":
+            num_classes = num_classes or getattr(model.config, "num_labels", None)
+        model = HFModel(model)
+    if not isinstance(model, nn.Module):
+        raise ConfigError(
+            f"workload factory {spec!r}: model is {type(model).__name__}, not a nn.Module "
+            "(nor a transformers model name)"
+        )
     if num_classes is None:
         linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
         num_classes = linears[-1].out_features if task == "classification" and linears else 0
-    extra = {k: parts[k] for k in ("metrics_factory", "collate_fn", "class_names") if parts.get(k)}
+    if task == "language-modelling" and "tokens_per_sample" not in parts:
+        extra["tokens_per_sample"] = _tokens_in_first_sample(parts["train_set"])
     if parts.get("loss_fn") is not None:
         extra["loss_fn"] = parts["loss_fn"]
     return Workload(
@@ -145,9 +162,20 @@ def wrap_parts(spec: str, parts: Any) -> Workload:
         test_set=parts.get("test_set"),
         num_classes=num_classes,
         task=task,
-        description=parts.get("description") or f"{type(model).__name__} from {spec}",
+        description=parts.get("description")
+        or f"{type(getattr(model, 'net', model)).__name__} from {spec}",
         **extra,
     )
+
+
+def _tokens_in_first_sample(train_set: Any) -> int | None:
+    """Tokens per training sample of a language-modelling set: its first target's size
+    (every window of a corpus has the same length). None if the set cannot say."""
+    try:
+        target = train_set[0][1]
+        return int(target.numel())
+    except Exception:  # an iterable or unusual set: tokens/s is left out, not guessed
+        return None
 
 
 def build_workload(cfg: WorkloadConfig, cache_dir: Path) -> Workload:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 from torch.utils.data import Dataset
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -118,7 +120,47 @@ class RegressionMetrics:
         }
 
 
-TASKS = ("classification", "regression")
+def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross entropy over every position: logits (B, T, V), targets (B, T)."""
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+class LMMetrics:
+    """Loss, perplexity and next-token accuracy over evaluation batches.
+
+    Means are per token (every window has T of them). Sums stay on the device and are
+    read once in :meth:`compute`, so evaluation does not synchronize per batch.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self._loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+        self._correct = torch.zeros((), dtype=torch.int64, device=device)
+        self._tokens = 0
+        self._samples = 0
+
+    def update(self, outputs: torch.Tensor, targets: torch.Tensor, loss: torch.Tensor) -> None:
+        """Add one batch: logits (B, T, V), targets (B, T), ``loss`` the per-token mean."""
+        n = targets.numel()
+        self._loss_sum += loss.detach().double() * n
+        self._correct += (outputs.argmax(dim=-1) == targets).sum()
+        self._tokens += n
+        self._samples += targets.shape[0]
+
+    def compute(self) -> dict[str, Any]:
+        """Per-token mean loss, perplexity exp(loss), top-1 accuracy; windows and tokens."""
+        tokens = max(self._tokens, 1)
+        loss = self._loss_sum.item() / tokens
+        return {
+            "loss": loss,
+            "perplexity": math.exp(loss) if loss < 700 else math.inf,  # exp overflows past 709
+            "accuracy": self._correct.item() / tokens,
+            "samples": self._samples,
+            "tokens": self._tokens,
+            "per_class_accuracy": None,
+        }
+
+
+TASKS = ("classification", "regression", "language-modelling")
 
 
 @dataclass
@@ -150,7 +192,9 @@ class Workload:
     """Workload facts for the summary (e.g. trainable vs total parameters)."""
     task: str = "classification"
     """classification (loss, accuracy, per-class accuracy; integer targets) | regression
-    (loss, MSE, MAE, R²; float targets). ``metrics_factory`` overrides either."""
+    (loss, MSE, MAE, R²; float targets) | language-modelling (per-token loss, perplexity,
+    next-token accuracy; logits (B, T, V) against targets (B, T), cross entropy over every
+    position unless ``loss_fn`` says otherwise). ``metrics_factory`` overrides any."""
     artifacts: dict[str, Any] = field(default_factory=dict)
     """JSON-able objects saved beside the weights as ``RUN_DIR/<name>.json`` (e.g. a
     vocabulary), so a run directory alone can rebuild and use the model."""
@@ -163,6 +207,8 @@ class Workload:
                 f"workload {self.name!r}: unknown task {self.task!r}; choose one of "
                 f"{', '.join(TASKS)} (or give metrics_factory)"
             )
+        if self.task == "language-modelling" and self.loss_fn is nn.functional.cross_entropy:
+            self.loss_fn = lm_loss  # plain cross entropy wants (N, C) logits
         if not self.class_names and self.task == "classification":
             self.class_names = [str(i) for i in range(self.num_classes)]
 
@@ -172,4 +218,6 @@ class Workload:
             return self.metrics_factory(device)
         if self.task == "regression":
             return RegressionMetrics(device)
+        if self.task == "language-modelling":
+            return LMMetrics(device)
         return ClassificationMetrics(self.num_classes, device)

@@ -27,7 +27,7 @@ from torch.nn import functional as F
 
 from trainscope.config import WorkloadConfig, gib, memory_budget_bytes, show
 from trainscope.errors import ConfigError, DataError
-from trainscope.workloads.base import Workload
+from trainscope.workloads.base import LMMetrics, Workload, lm_loss  # noqa: F401 (re-exported)
 
 # --------------------------------------------------------------------------- config
 
@@ -366,44 +366,8 @@ def generate(
 # --------------------------------------------------------------------------- loss, metrics
 
 
-def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Mean cross entropy over every position: logits (B, T, V), targets (B, T)."""
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
-
-
-class LMMetrics:
-    """Loss, perplexity and next-token accuracy over evaluation batches.
-
-    Means are per token (every window has T of them). Sums stay on the device and are
-    read once in :meth:`compute`, so evaluation does not synchronize per batch.
-    """
-
-    def __init__(self, device: torch.device) -> None:
-        self._loss_sum = torch.zeros((), dtype=torch.float64, device=device)
-        self._correct = torch.zeros((), dtype=torch.int64, device=device)
-        self._tokens = 0
-        self._samples = 0
-
-    def update(self, outputs: torch.Tensor, targets: torch.Tensor, loss: torch.Tensor) -> None:
-        """Add one batch: logits (B, T, V), targets (B, T), ``loss`` the per-token mean."""
-        n = targets.numel()
-        self._loss_sum += loss.detach().double() * n
-        self._correct += (outputs.argmax(dim=-1) == targets).sum()
-        self._tokens += n
-        self._samples += targets.shape[0]
-
-    def compute(self) -> dict[str, Any]:
-        """Per-token mean loss, perplexity exp(loss), top-1 accuracy; windows and tokens."""
-        tokens = max(self._tokens, 1)
-        loss = self._loss_sum.item() / tokens
-        return {
-            "loss": loss,
-            "perplexity": math.exp(loss) if loss < 700 else math.inf,  # exp overflows past 709
-            "accuracy": self._correct.item() / tokens,
-            "samples": self._samples,
-            "tokens": self._tokens,
-            "per_class_accuracy": None,
-        }
+# lm_loss and LMMetrics live in trainscope.workloads.base (any language-modelling
+# workload uses them); imported above.
 
 
 # --------------------------------------------------------------------------- the workload

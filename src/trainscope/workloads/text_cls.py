@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 from torch import nn
 
 from trainscope.config import WorkloadConfig
@@ -40,6 +39,7 @@ from trainscope.data.glue import (
 )
 from trainscope.errors import ConfigError, DataError
 from trainscope.workloads.base import Workload
+from trainscope.workloads.hf import HFModel, first_line
 
 # (layers, hidden size, attention heads), as the compact BERTs of Turc et al. (2019)
 # and BERT-base; the feed-forward width is 4x the hidden size.
@@ -178,11 +178,6 @@ def parse_options(options: Mapping[str, Any]) -> TextClsOptions:
     )
 
 
-def _first_line(e: BaseException) -> str:
-    lines = str(e).strip().splitlines()
-    return lines[0] if lines else type(e).__name__
-
-
 def _require(module: str) -> Any:
     """Import an optional dependency of the ``text`` extra, or say how to install it."""
     try:
@@ -196,7 +191,7 @@ def _require(module: str) -> Any:
 # --------------------------------------------------------------------------- model
 
 
-class SequenceClassifier(nn.Module):
+class SequenceClassifier(HFModel):
     """A Hugging Face sequence classifier (maybe LoRA-wrapped) behind ``model(batch) -> logits``.
 
     ``batch`` is the mapping :class:`~trainscope.data.glue.PadCollate` makes (input_ids,
@@ -204,34 +199,8 @@ class SequenceClassifier(nn.Module):
     """
 
     def __init__(self, net: nn.Module, num_labels: int, num_layers: int) -> None:
-        super().__init__()
-        self.net = net
+        super().__init__(net, num_layers)
         self.num_labels = num_labels
-        # Only the path is stored: registering the ModuleList a second time here would
-        # duplicate every encoder weight in state_dict().
-        self._blocks_path = _find_blocks(net, num_layers)
-
-    @property
-    def blocks(self) -> nn.ModuleList:
-        """The encoder layers, in order: what activation checkpointing and FSDP wrap one by
-        one (replacing ``blocks[i]`` replaces the layer inside the encoder)."""
-        return self.net.get_submodule(self._blocks_path)
-
-    def forward(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """Logits (B, num_labels) for a padded batch."""
-        return self.net(**batch).logits
-
-
-def _find_blocks(net: nn.Module, num_layers: int) -> str:
-    """The dotted path of the encoder's layer list (``...encoder.layer`` in BERT/RoBERTa)."""
-    lists = [(n, m) for n, m in net.named_modules() if isinstance(m, nn.ModuleList)]
-    for name, mod in lists:
-        if len(mod) == num_layers and name.rsplit(".", 1)[-1] in ("layer", "layers"):
-            return name
-    same = [n for n, m in lists if len(m) == num_layers]
-    if same:
-        return same[0]
-    raise ConfigError(f"text-cls: cannot find the {num_layers} encoder layers of the model")
 
 
 def scratch_model(
@@ -270,12 +239,12 @@ def pretrained_model(name: str, num_labels: int, *, download: bool) -> tuple[nn.
     except OSError as e:
         # Hub, network and cache errors are all OSError subclasses; the first line says which.
         raise DataError(
-            f"cannot download pretrained {name}: offline? ({_first_line(e)}); set HF_HOME to a "
+            f"cannot download pretrained {name}: offline? ({first_line(e)}); set HF_HOME to a "
             f"cache that holds it, or drop 'pretrained' to build the model from scratch"
         ) from None
     except (ValueError, KeyError, ImportError) as e:  # found, but not a sequence classifier
         raise ConfigError(
-            f"cannot load pretrained {name} as a sequence classifier: {_first_line(e)}"
+            f"cannot load pretrained {name} as a sequence classifier: {first_line(e)}"
         ) from None
     return net, tokenizer
 
@@ -298,7 +267,7 @@ def add_lora(net: nn.Module, opts: TextClsOptions) -> tuple[nn.Module, dict[str,
             warnings.filterwarnings("ignore", ".*is_gradient_checkpointing", FutureWarning)
             wrapped = peft.get_peft_model(net, config)
     except ValueError as e:  # peft's "Target modules {...} not found in the base model"
-        raise ConfigError(f"text-cls lora_targets {opts.lora_targets}: {_first_line(e)}") from None
+        raise ConfigError(f"text-cls lora_targets {opts.lora_targets}: {first_line(e)}") from None
     info = {
         "r": opts.lora_r,
         "alpha": opts.lora_alpha,
