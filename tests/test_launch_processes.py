@@ -144,6 +144,7 @@ def test_a_bad_input_found_in_the_workers_is_one_line(tmp_path: Path) -> None:
     assert len(lines) == 1, done.stderr
     assert lines[0].startswith("trainscope: error: workload 'no_such_module:f'")
     assert "Traceback" not in done.stderr and "rank" not in lines[0]
+    assert not (tmp_path / "runs").exists()  # refused before any run directory was made
 
 
 STALLS_ON_RANK_1 = """

@@ -40,9 +40,11 @@ OPTION_CHECKS: dict[str, str] = {
 def check_options(cfg: WorkloadConfig) -> None:
     """Refuse bad ``workload.options`` of a built-in workload before anything is written.
 
-    A user's ``pkg.module:factory`` reads its own options, so they are left to it.
+    A user's ``pkg.module:factory`` reads its own options, so they are left to it; its
+    module must import, though (a misspelt name is refused here, not as a failed run).
     """
     if ":" in cfg.name:
+        load_factory(cfg.name)
         return
     spec = OPTION_CHECKS.get(cfg.name)
     if spec is None:
