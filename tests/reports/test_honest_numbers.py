@@ -3,6 +3,7 @@ or a plain "lowest wins" would misreport, and what the reports say about them in
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import torch
 
 from trainscope.config import RunConfig, from_dict
 from trainscope.records import RunWriter, prepare_run_dir
+from trainscope.reports.stats import task_of
 from trainscope.reports.study_report import build_study_report
 from trainscope.studies import loader, precision, profile, strategies
 from trainscope.studies.base import execute
@@ -190,3 +192,104 @@ def test_report_says_how_runs_were_executed_and_the_warm_up(tmp_path: Path) -> N
     fresh = report_of(plan, tmp_path / "b", Planted({}, fresh=True))
     md = fresh.markdown_path.read_text(encoding="utf-8")
     assert "Execution: every run in a fresh process of its own" in md
+
+
+# The quality columns follow the workload's task (the summary's `task`, or its figures).
+QUALITY_HEADERS = {
+    "classification": ["Final val acc", "Test acc"],
+    "regression": ["Test MSE", "Test R^2"],
+    "language-modelling": ["Val loss", "Val perplexity"],
+}
+
+
+def regression_rep(mse: float, r2: float, record_task: bool = True) -> dict[str, Any]:
+    return {
+        **({"task": "regression"} if record_task else {}),
+        "train_time_s": 1.0,
+        "samples_per_s": 1000.0,
+        "test_accuracy": None,
+        "test_loss": mse,
+        "test_metrics": {"loss": mse, "mse": mse, "mae": mse / 2, "r2": r2, "samples": 67},
+        "epochs": [{"train_loss": 0.4, "val_loss": mse, "val_accuracy": None, "mse": mse}],
+    }
+
+
+def lm_rep(val_loss: float) -> dict[str, Any]:  # records no task: read from its figures
+    ppl = math.exp(val_loss)
+    last = {"train_loss": 1.6, "val_loss": val_loss, "val_accuracy": 0.3, "perplexity": ppl}
+    return {
+        "train_time_s": 1.0,
+        "samples_per_s": 1000.0,
+        "test_accuracy": 0.31,  # next-token accuracy: not the figure of a language model
+        "test_metrics": {"loss": val_loss, "perplexity": ppl, "accuracy": 0.31},
+        "epochs": [last],
+    }
+
+
+def test_a_regression_precision_study_shows_mse_and_r2_and_compares_mse(
+    tmp_path: Path,
+) -> None:
+    """MSE 0.50/0.51/0.52 (fp32) vs 0.62/0.63/0.64 (bf16): apart, so the finding states the
+    medians' relative change; the table shows MSE and R^2 where accuracy would be dashes."""
+    mse = {"fp32": [0.50, 0.51, 0.52], "bf16": [0.62, 0.63, 0.64]}
+    planted = {
+        f"{p}/r{k}": regression_rep(m, 1 - m) for p, ms in mse.items() for k, m in enumerate(ms, 1)
+    }
+    plan = precision.plan(BASE, CPU, repeats=3, precisions=["fp32", "bf16"])
+    report = report_of(plan, tmp_path, Planted(planted))
+    table = report.tables["precision"]
+    assert table.columns[4:6] == QUALITY_HEADERS["regression"]
+    assert "Test acc" not in table.columns and "Final val acc" not in table.columns
+    rows = {r[0]: r for r in table.cells()}
+    assert rows["fp32"][4:6] == ["0.5100 (0.5000–0.5200)", "0.4900 (0.4800–0.5000)"]
+    assert rows["bf16"][4:6] == ["0.6300 (0.6200–0.6400)", "0.3700 (0.3600–0.3800)"]
+    assert "mean squared error" in table.caption
+    (finding,) = [f for f in report.findings if f.startswith("bf16 vs fp32")]
+    assert "test MSE +23.5% (0.6300 vs 0.5100, n=3 and 3)" in finding
+    assert "accuracy" not in finding
+
+
+def test_a_language_model_precision_study_shows_val_loss_and_perplexity(tmp_path: Path) -> None:
+    """Val losses that overlap: no perplexity claim; the next-token accuracy the records
+    also hold is not what the table shows for a language model."""
+    losses = {"fp32": [1.50, 1.52, 1.54], "bf16": [1.51, 1.53, 1.55]}
+    planted = {f"{p}/r{k}": lm_rep(x) for p, xs in losses.items() for k, x in enumerate(xs, 1)}
+    plan = precision.plan(BASE, CPU, repeats=3, precisions=["fp32", "bf16"])
+    report = report_of(plan, tmp_path, Planted(planted))
+    table = report.tables["precision"]
+    assert table.columns[4:6] == QUALITY_HEADERS["language-modelling"]
+    rows = {r[0]: r for r in table.cells()}
+    assert rows["fp32"][4] == "1.5200 (1.5000–1.5400)"
+    assert rows["fp32"][5] == f"{math.exp(1.52):.3f} ({math.exp(1.50):.3f}–{math.exp(1.54):.3f})"
+    (finding,) = [f for f in report.findings if f.startswith("bf16 vs fp32")]
+    assert "final val perplexity: no measurable difference at n=3" in finding
+    assert "accuracy" not in finding
+
+
+@pytest.mark.parametrize(
+    ("rep", "header", "cell"),
+    [
+        ({"test_accuracy": 0.95, "epochs": [{"val_accuracy": 0.94}]}, "Test acc", "95.00%"),
+        (regression_rep(0.5, 0.5, record_task=False), "Test MSE", "0.5000"),
+        (lm_rep(1.5), "Val perplexity", f"{math.exp(1.5):.3f}"),
+    ],
+    ids=list(QUALITY_HEADERS),
+)
+def test_the_strategies_table_shows_the_main_figure_of_the_task(
+    rep: dict[str, Any], header: str, cell: str, tmp_path: Path
+) -> None:
+    planted = {f"single/r{k}": {**rep, "train_time_s": 0.1, "steps": 10} for k in (1, 2)}
+    plan = strategies.plan(BASE, CPU, repeats=2, strategies=["single"])
+    report = report_of(plan, tmp_path, Planted(planted, fresh=True))
+    table = report.tables["strategies"]
+    assert table.columns[4] == header
+    assert table.cells()[0][4] == f"{cell} (all equal)"
+
+
+def test_the_task_is_the_recorded_one_else_read_from_the_figures() -> None:
+    assert task_of([regression_rep(0.5, 0.5)]) == "regression"
+    assert task_of([regression_rep(0.5, 0.5, record_task=False)]) == "regression"
+    assert task_of([lm_rep(1.5)]) == "language-modelling"
+    assert task_of([{**lm_rep(1.5), "task": "classification"}]) == "classification"
+    assert task_of([{"test_accuracy": 0.9}, {}]) == "classification"
+    assert task_of([]) == "classification"

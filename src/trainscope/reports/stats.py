@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from trainscope.records.run_dir import RunRecord
-from trainscope.reports.tables import MISSING
+from trainscope.reports.tables import MISSING, fmt_float, fmt_pct
 from trainscope.spread import Spread, differ, finite, no_difference_text
 
 TRAIN_STAGES = ("data_wait", "h2d", "forward", "backward", "comm", "optimizer")
@@ -98,6 +99,140 @@ def compare_text(
     if differ(a, b) and a.median and b.median:
         return f"{name_a} vs {name_b}: {what} {a.median / b.median:.2f}x ({both})"
     return f"{name_a} vs {name_b}: {what}: {no_difference_text(a, b)} ({both})"
+
+
+@dataclass(frozen=True)
+class Quality:
+    """One figure of how well a run learned, as a study's table and findings show it."""
+
+    header: str
+    what: str
+    """Its name in a finding: "test accuracy", "test MSE"."""
+    get: Callable[[dict[str, Any]], Any]
+    """The figure of one run's summary."""
+    fmt: Callable[[Any], str]
+    points: bool = False
+    """Compared as a difference in percentage points (accuracies), else in per cent."""
+    note: str = ""
+    """What it is, for a table's caption (accuracies need none)."""
+
+
+def _last_epoch(summary: dict[str, Any]) -> dict[str, Any]:
+    return (summary.get("epochs") or [{}])[-1] or {}
+
+
+def _epoch(key: str) -> Callable[[dict[str, Any]], Any]:
+    return lambda s: _last_epoch(s).get(key)
+
+
+def _test(key: str) -> Callable[[dict[str, Any]], Any]:
+    return lambda s: (s.get("test_metrics") or {}).get(key)
+
+
+def _pct2(x: Any) -> str:
+    return fmt_pct(x, 2)
+
+
+def _sig4(x: Any) -> str:
+    return fmt_sig(x, 4)
+
+
+QUALITY: dict[str, tuple[Quality, ...]] = {
+    "classification": (
+        Quality("Final val acc", "final val accuracy", _epoch("val_accuracy"), _pct2, True),
+        Quality("Test acc", "test accuracy", lambda s: s.get("test_accuracy"), _pct2, True),
+    ),
+    "regression": (
+        Quality(
+            "Test MSE", "test MSE", _test("mse"), _sig4, note="the test split's mean squared error"
+        ),
+        Quality(
+            "Test R^2",
+            "test R^2",
+            _test("r2"),
+            fmt_float,
+            note="the test split's coefficient of determination",
+        ),
+    ),
+    "language-modelling": (
+        Quality(
+            "Val loss",
+            "final val loss",
+            _epoch("val_loss"),
+            fmt_float,
+            note="the last epoch's per-token loss",
+        ),
+        Quality(
+            "Val perplexity",
+            "final val perplexity",
+            _epoch("perplexity"),
+            _sig4,
+            note="the last epoch's exp(loss)",
+        ),
+    ),
+}
+"""The quality columns of a study's table, by the workload's task."""
+MAIN = {
+    "classification": "Test acc",
+    "regression": "Test MSE",
+    "language-modelling": "Val perplexity",
+}
+"""The figure of each task that a study compares between settings (and shows where its
+table has one quality column)."""
+
+
+def task_of(summaries: Iterable[dict[str, Any]]) -> str:
+    """The task of a study's runs: the ``task`` their summaries record; for records from
+    before it was recorded, read from their figures (MSE: regression; perplexity: language
+    modelling); else classification."""
+    summaries = list(summaries)
+    for s in summaries:
+        if s.get("task") in QUALITY:
+            return str(s["task"])
+    for s in summaries:
+        found = {**_last_epoch(s), **(s.get("test_metrics") or {})}
+        if found.get("mse") is not None or found.get("r2") is not None:
+            return "regression"
+        if found.get("perplexity") is not None:
+            return "language-modelling"
+    return "classification"
+
+
+def quality_note(columns: Iterable[Quality]) -> str:
+    """What a caption adds about its quality columns (" Test MSE: ...; ..."), or ""."""
+    notes = [f"{q.header}: {q.note}" for q in columns if q.note]
+    return f" {'; '.join(notes)}." if notes else ""
+
+
+def main_quality(task: str) -> Quality:
+    """The figure of ``task`` that a study compares between settings."""
+    return next(q for q in QUALITY[task] if q.header == MAIN[task])
+
+
+def quality_text(a: Spread, b: Spread, q: Quality) -> str | None:
+    """A quality figure of one setting against another's, claimed only beyond the noise:
+    accuracies in percentage points, other figures as a relative change; None without
+    both."""
+    if a.median is None or b.median is None:
+        return None
+    if q.points and not differ(a, b):
+        return f"{q.what}: {no_difference_text(a, b)}"
+    ns = f"n={a.n} and {b.n}"
+    both = f"{q.fmt(a.median)} vs {q.fmt(b.median)}"
+    if not differ(a, b):
+        return f"{q.what}: {no_difference_text(a, b)} ({both}, {ns})"
+    if a.low == a.high and b.low == b.high:
+        # Every repeat reused the seed and the data order: the runs are deterministic,
+        # so the difference is this seed's, not a spread over seeds.
+        ns += "; identical in every repeat, one seed"
+    if q.points:
+        return f"{q.what} {100 * (a.median - b.median):+.2f} points ({ns})"
+    if b.median:  # relative: never "1.00x" for a small real change
+        d = 100 * (a.median / b.median - 1)
+        change = f"{'-' if d < 0 else '+'}{fmt_sig(abs(d))}%"
+    else:
+        change = f"{a.median - b.median:+.4g}"
+    return f"{q.what} {change} ({both}, {ns})"
 
 
 def fmt_mean_std(

@@ -1,4 +1,5 @@
-"""Sections of the precision study's report: loss curves, accuracy, time, memory."""
+"""Sections of the precision study's report: loss curves, the task's quality figures
+(accuracy, MSE and R^2, or val loss and perplexity), time, memory."""
 
 from __future__ import annotations
 
@@ -9,26 +10,21 @@ from trainscope.reports.document import Document, escape_inline
 from trainscope.reports.memory import MEMORY_NOTE, cuda_peak, memory_of
 from trainscope.reports.section import Section
 from trainscope.reports.stats import (
+    QUALITY,
     SPREAD_NOTE,
     compare_text,
     error_bar,
     fmt_spread,
+    main_quality,
     mean_curve,
+    quality_note,
+    quality_text,
     rate,
     step_losses,
+    task_of,
 )
-from trainscope.reports.tables import (
-    Table,
-    fmt_bytes,
-    fmt_float,
-    fmt_pct,
-    fmt_rate,
-)
-from trainscope.spread import Spread, differ, no_difference_text, spread
-
-
-def _pct(x: float | None) -> str:
-    return fmt_pct(x, 2)
+from trainscope.reports.tables import Table, fmt_bytes, fmt_float, fmt_rate
+from trainscope.spread import Spread, spread
 
 
 def precision_sections(study: StudyRecord, doc: Document, plots: Path) -> Section:
@@ -46,6 +42,11 @@ def precision_sections(study: StudyRecord, doc: Document, plots: Path) -> Sectio
     mem_err: list[tuple[float, float] | None] = []
     stats: dict[str, dict[str, Spread]] = {}
     outliers: list[str] = []
+    task = task_of(
+        r.summary for c in study.configs() if c.applicable for r in study.measured(c.config)
+    )
+    quality = QUALITY[task]  # two columns: accuracy, MSE and R^2, or val loss and perplexity
+    main = main_quality(task)
     for cfg in study.configs():
         name = str(cfg.labels.get("precision", cfg.config))
         labels.append(name)
@@ -60,8 +61,7 @@ def precision_sections(study: StudyRecord, doc: Document, plots: Path) -> Sectio
         summ = [r.summary for r in recs]
         last = [(s.get("epochs") or [{}])[-1] for s in summ]
         st = {
-            "val": spread(e.get("val_accuracy") for e in last),
-            "test": spread(s.get("test_accuracy") for s in summ),
+            **{q.header: spread(q.get(s) for s in summ) for q in quality},
             "loss": spread(e.get("train_loss") for e in last),
             "train": spread(s.get("train_time_s") for s in summ),
             "rate": spread(rate(s) for s in summ),
@@ -80,8 +80,7 @@ def precision_sections(study: StudyRecord, doc: Document, plots: Path) -> Sectio
                 "ran",
                 str(st["train"].n),
                 fmt_spread(st["loss"], fmt_float),
-                fmt_spread(st["val"], _pct),
-                fmt_spread(st["test"], _pct),
+                *(fmt_spread(st[q.header], q.fmt) for q in quality),
                 fmt_spread(st["train"]),
                 fmt_spread(st["rate"], fmt_rate),
                 fmt_spread(st["mem"], fmt_bytes),
@@ -102,8 +101,7 @@ def precision_sections(study: StudyRecord, doc: Document, plots: Path) -> Sectio
             "Status",
             "n",
             "Final train loss",
-            "Final val acc",
-            "Test acc",
+            *(q.header for q in quality),
             "Train time (s)",
             "Samples/s",
             "Activations",
@@ -115,7 +113,7 @@ def precision_sections(study: StudyRecord, doc: Document, plots: Path) -> Sectio
         f"Same workload, seed and data order under each precision; {SPREAD_NOTE}. Train "
         "time: the training epochs alone (no setup, no evaluation); samples/s: a repeat's "
         f"samples over its train time. {MEMORY_NOTE} Skipped steps: fp16 "
-        "steps GradScaler skipped after an overflow (max over repeats).",
+        "steps GradScaler skipped after an overflow (max over repeats)." + quality_note(quality),
         "tab:precision",
         "llrrrrrrrrrr",
     )
@@ -164,7 +162,7 @@ def precision_sections(study: StudyRecord, doc: Document, plots: Path) -> Sectio
             continue
         parts = [compare_text(name, st["rate"], "fp32", ref["rate"], "throughput")]
         parts.append(compare_text(name, st["train"], "fp32", ref["train"], "training time"))
-        parts.append(_points(name, st["test"], ref["test"], "test accuracy"))
+        parts.append(quality_text(st[main.header], ref[main.header], main))
         if comparable:
             parts.append(
                 compare_text(name, st["mem"], "fp32", ref["mem"], "activations", fmt=fmt_bytes)
@@ -182,17 +180,3 @@ def precision_sections(study: StudyRecord, doc: Document, plots: Path) -> Sectio
         doc.paragraph("Not applicable on this device (not run, not faked):")
         doc.bullets(na)
     return section
-
-
-def _points(name: str, a: Spread, b: Spread, what: str) -> str | None:
-    """An accuracy difference in percentage points, claimed only beyond the noise."""
-    if a.median is None or b.median is None:
-        return None
-    if differ(a, b):
-        text = f"{what} {100 * (a.median - b.median):+.2f} points (n={a.n} and {b.n}"
-        if a.low == a.high and b.low == b.high:
-            # Every repeat reused the seed and the data order: the runs are deterministic,
-            # so the difference is this seed's, not a spread over seeds.
-            text += "; identical in every repeat, one seed"
-        return text + ")"
-    return f"{what}: {no_difference_text(a, b)}"

@@ -1,5 +1,6 @@
-"""Sections of the strategies study's report: accuracy, time per iteration, communication
-per iteration and peak memory per rank for every strategy, as a table and bar plots."""
+"""Sections of the strategies study's report: the task's main quality figure (test
+accuracy, test MSE or val perplexity), time per iteration, communication per iteration and
+peak memory per rank for every strategy, as a table and bar plots."""
 
 from __future__ import annotations
 
@@ -12,8 +13,17 @@ from trainscope.reports.document import Document, escape_inline
 from trainscope.reports.memory import cuda_peak, memory_of
 from trainscope.reports.plots import plain_text_figure
 from trainscope.reports.section import Section
-from trainscope.reports.stats import SPREAD_NOTE, TRAIN_STAGES, error_bar, fmt_spread, rate
-from trainscope.reports.tables import Table, fmt_bytes, fmt_pct, fmt_rate
+from trainscope.reports.stats import (
+    SPREAD_NOTE,
+    TRAIN_STAGES,
+    error_bar,
+    fmt_spread,
+    main_quality,
+    quality_note,
+    rate,
+    task_of,
+)
+from trainscope.reports.tables import Table, fmt_bytes, fmt_rate
 from trainscope.spread import Spread, differ, no_difference_text, spread
 from trainscope.textsafe import plot_text
 
@@ -110,6 +120,9 @@ def strategies_sections(study: StudyRecord, doc: Document, plots: Path) -> Secti
         r.summary for c in study.configs() if c.applicable for r in study.measured(c.config)
     ]
     on_cuda = cuda_peak(measured)  # CUDA's allocator peak is per run; RSS is not shown
+    quality = main_quality(
+        task_of(measured)
+    )  # one column: test accuracy, test MSE or val perplexity
     for cfg in study.configs():
         name = str(cfg.labels.get("strategy", cfg.config))
         procs = cfg.labels.get("processes", 1)
@@ -122,7 +135,7 @@ def strategies_sections(study: StudyRecord, doc: Document, plots: Path) -> Secti
             iter_err.append(None)
             continue
         summ = [r.summary for r in recs]
-        test = spread(s.get("test_accuracy") for s in summ)
+        test = spread(quality.get(s) for s in summ)
         wall = spread(s.get("wall_time_s") for s in summ)
         per_iter = spread(_per_iter_ms(s) for s in summ)
         comm_sp = spread(_per_iter_ms(s, "comm") for s in summ)
@@ -144,7 +157,7 @@ def strategies_sections(study: StudyRecord, doc: Document, plots: Path) -> Secti
                 str(procs),
                 str(threads),
                 str(per_iter.n),
-                fmt_spread(test, lambda x: fmt_pct(x, 2)),
+                fmt_spread(test, quality.fmt),
                 fmt_spread(wall),
                 fmt_spread(per_iter),
                 comm,
@@ -169,7 +182,7 @@ def strategies_sections(study: StudyRecord, doc: Document, plots: Path) -> Secti
             "Procs",
             "Threads",
             "n",
-            "Test acc",
+            quality.header,
             "Wall (s)",
             "Time/iter (ms)",
             "Comm/iter (ms)",
@@ -186,7 +199,8 @@ def strategies_sections(study: StudyRecord, doc: Document, plots: Path) -> Secti
         "intra-op threads per process (torchrun sets 1 unless OMP_NUM_THREADS is set). "
         "States/rank (parameters, gradients, optimizer states) and activations: tensor "
         "bytes counted on one step, the largest rank's"
-        + ("; CUDA peak: max_memory_allocated of the largest rank." if on_cuda else "."),
+        + ("; CUDA peak: max_memory_allocated of the largest rank." if on_cuda else ".")
+        + quality_note([quality]),
         "tab:strategies",
         "lrrrrrrrrrr" + "r" * on_cuda,
     )

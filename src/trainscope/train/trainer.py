@@ -187,6 +187,7 @@ class Trainer:
             num_parameters=n_params,
             workload_description=workload.description,
             workload_info=workload.info,
+            task=workload.task,  # which figures the evaluations hold (reports read it)
             timing_mode=self.timer.kind,
             train_samples=len(workload.train_set),
             local_batch_size=self.local_batch,

@@ -1,0 +1,1 @@
+"""Runnable example workloads for trainscope (see docs/workloads.md)."""
