@@ -209,3 +209,13 @@ def test_import_reports_does_not_import_torch_or_plotting() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_every_stage_has_a_colour_of_its_own() -> None:
+    """11 stages on a 10-colour palette: 'other' wrapped round to setup's blue."""
+    from matplotlib.colors import to_hex
+
+    from trainscope.records.run_dir import STAGES
+    from trainscope.reports.plots import _stage_color
+
+    assert len({to_hex(_stage_color(stage)) for stage in STAGES}) == len(STAGES)

@@ -79,6 +79,8 @@ def _stage_color(name: str) -> Any:
     # A fixed colour per stage, so the same stage looks the same in every report.
     from matplotlib import colormaps
 
+    if name == "other":  # the 11th stage: tab10 would give it setup's blue again
+        return "#c7c7c7"  # light grey (tab20's), apart from the optimizer's darker grey
     palette = colormaps["tab10"]
     index = STAGES.index(name) if name in STAGES else len(STAGES) + len(name) % 2
     return palette(index % 10)
