@@ -9,13 +9,23 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import math
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainscope.config_checks import (  # noqa: F401 (INT_LIMIT, SEED_LIMIT, gib, show re-exported)
+    INT_LIMIT,
+    SEED_LIMIT,
+    check_types,
+    gib,
+    need_integer,
+    need_number,
+    need_positive,
+    need_seed,
+    show,
+)
 from trainscope.errors import ConfigError
 from trainscope.safe_yaml import (  # noqa: F401  (load_yaml, safe_load_yaml re-exported)
     MAX_YAML_DEPTH,
@@ -44,10 +54,6 @@ FACTORY_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 # --------------------------------------------------------------------------- limits
 # Bounds on what a config may ask for, so that an absurd value is one clear error before
 # anything runs, not a stalled machine, an exhausted memory or an OverflowError.
-INT_LIMIT = 2**63  # integer settings end up in int64s (torch, numpy, C libraries)
-# Seeds: 0 <= seed < 2**63. torch takes unsigned 64-bit seeds and the loaders add the epoch
-# or the rank to a seed, so the lower half keeps every derived seed valid.
-SEED_LIMIT = 2**63
 # PyTorch's default is 2; more only holds memory, and the DataLoader queues that many
 # indices per worker up front (10**9 would take minutes before the first batch).
 MAX_PREFETCH_FACTOR = 64
@@ -97,20 +103,6 @@ def memory_budget_bytes() -> int:
     return total // 2 if total > 0 else 64 << 30
 
 
-def gib(n_bytes: float) -> str:
-    """A byte count as GiB for messages, e.g. '11.5 GiB'."""
-    return f"{n_bytes / 2**30:.3g} GiB"
-
-
-def show(value: Any) -> str:
-    """A value for a one-line message: its repr, cut short, and a huge integer by its size
-    (Python refuses to print one of more than 4300 digits)."""
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
-        return f"an integer of {int(value.bit_length() * math.log10(2)) + 1} digits"
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
 @dataclass
 class WorkloadConfig:
     """What to train: a built-in workload name or ``package.module:factory``."""
@@ -149,8 +141,8 @@ class WorkloadConfig:
                 f"synthetic_shape must be three positive sizes (C, H, W), got "
                 f"{show(list(self.synthetic_shape))}"
             )
-        _positive("synthetic_samples", self.synthetic_samples)
-        _integer("num_classes", self.num_classes)
+        need_positive("synthetic_samples", self.synthetic_samples)
+        need_integer("num_classes", self.num_classes)
         if self.num_classes < 2:
             raise ConfigError(f"num_classes must be at least 2, got {self.num_classes}")
         if self.name == "synthetic":
@@ -196,14 +188,14 @@ class DataConfig:
     """Drop the last incomplete training batch."""
 
     def __post_init__(self) -> None:
-        _positive("batch_size", self.batch_size)
+        need_positive("batch_size", self.batch_size)
         if isinstance(self.num_workers, str):
             if self.num_workers != "auto":
                 raise ConfigError(
                     f"num_workers must be an integer >= 0 or auto, got {show(self.num_workers)}"
                 )
         else:
-            _integer("num_workers", self.num_workers)
+            need_integer("num_workers", self.num_workers)
             if self.num_workers < 0:
                 raise ConfigError(f"num_workers must be >= 0, got {self.num_workers}")
             limit = max_workers()
@@ -212,7 +204,7 @@ class DataConfig:
                     f"num_workers {show(self.num_workers)} is far beyond this machine: at "
                     f"most {limit} (max(32, 4 x the {available_cpus()} CPUs available))"
                 )
-        _seed("shuffle_seed", self.shuffle_seed)
+        need_seed("shuffle_seed", self.shuffle_seed)
         if self.loader not in LOADERS:
             raise ConfigError(f"unknown loader {self.loader!r}: choose one of {', '.join(LOADERS)}")
         if self.loader == "fast":
@@ -228,7 +220,7 @@ class DataConfig:
         if self.prefetch_factor is not None:
             if self.num_workers == 0:
                 raise ConfigError("prefetch_factor needs num_workers > 0")
-            _positive("prefetch_factor", self.prefetch_factor, MAX_PREFETCH_FACTOR)
+            need_positive("prefetch_factor", self.prefetch_factor, MAX_PREFETCH_FACTOR)
 
 
 @dataclass
@@ -278,27 +270,27 @@ class TrainConfig:
     """Complete checkpoints kept; older ones are removed as newer ones are written."""
 
     def __post_init__(self) -> None:
-        _positive("epochs", self.epochs)
+        need_positive("epochs", self.epochs)
         if isinstance(self.checkpoint_every, bool) or not isinstance(self.checkpoint_every, int):
             raise ConfigError(
                 f"checkpoint_every must be a whole number, got {self.checkpoint_every!r}"
             )
-        _number("checkpoint_every", self.checkpoint_every, low=0, high=10**12)
-        _positive("keep_checkpoints", self.keep_checkpoints)
+        need_number("checkpoint_every", self.checkpoint_every, low=0, high=10**12)
+        need_positive("keep_checkpoints", self.keep_checkpoints)
         if self.max_steps_per_epoch is not None:
-            _positive("max_steps_per_epoch", self.max_steps_per_epoch)
+            need_positive("max_steps_per_epoch", self.max_steps_per_epoch)
         if self.optimizer not in OPTIMIZERS:
             raise ConfigError(
                 f"unknown optimizer {self.optimizer!r}: choose one of {', '.join(OPTIMIZERS)}"
             )
-        _number("lr", self.lr, low=0.0, low_open=True)
-        _number("momentum", self.momentum, low=0.0)
-        _number("weight_decay", self.weight_decay, low=0.0)
+        need_number("lr", self.lr, low=0.0, low_open=True)
+        need_number("momentum", self.momentum, low=0.0)
+        need_number("weight_decay", self.weight_decay, low=0.0)
         if self.betas is not None:
             if not isinstance(self.betas, (list, tuple)) or len(self.betas) != 2:
                 raise ConfigError(f"betas must be two numbers, got {show(self.betas)}")
             for b in self.betas:
-                _number("betas", b, low=0.0, high=1.0)
+                need_number("betas", b, low=0.0, high=1.0)
                 if b >= 1.0:
                     raise ConfigError(f"betas must be below 1, got {show(self.betas)}")
             self.betas = [float(b) for b in self.betas]
@@ -306,13 +298,13 @@ class TrainConfig:
             raise ConfigError(
                 f"unknown schedule {show(self.schedule)}: choose one of {', '.join(SCHEDULES)}"
             )
-        _integer("warmup_steps", self.warmup_steps)
-        _number("warmup_steps", self.warmup_steps, low=0, high=10**12)
-        _number("min_lr_ratio", self.min_lr_ratio, low=0.0, high=1.0)
-        _number("grad_clip", self.grad_clip, low=0.0)
-        _seed("seed", self.seed)
-        _positive("eval_every", self.eval_every)
-        _positive("log_every", self.log_every)
+        need_integer("warmup_steps", self.warmup_steps)
+        need_number("warmup_steps", self.warmup_steps, low=0, high=10**12)
+        need_number("min_lr_ratio", self.min_lr_ratio, low=0.0, high=1.0)
+        need_number("grad_clip", self.grad_clip, low=0.0)
+        need_seed("seed", self.seed)
+        need_positive("eval_every", self.eval_every)
+        need_positive("log_every", self.log_every)
 
 
 @dataclass
@@ -361,14 +353,14 @@ class RuntimeConfig:
         if not isinstance(self.compile, bool):
             raise ConfigError(f"compile must be true or false, got {show(self.compile)}")
         lo, hi = MIN_SYSTEM_INTERVAL_S, MAX_SYSTEM_INTERVAL_S
-        _number("system_interval_s", self.system_interval_s, low=lo, high=hi)
+        need_number("system_interval_s", self.system_interval_s, low=lo, high=hi)
         if isinstance(self.timing_warmup_steps, bool) or not isinstance(
             self.timing_warmup_steps, int
         ):
             raise ConfigError(
                 f"timing_warmup_steps must be a whole number, got {self.timing_warmup_steps!r}"
             )
-        _number("timing_warmup_steps", self.timing_warmup_steps, low=0, high=1_000_000)
+        need_number("timing_warmup_steps", self.timing_warmup_steps, low=0, high=1_000_000)
 
 
 @dataclass
@@ -412,20 +404,20 @@ class DistConfig:
             raise ConfigError(
                 f"unknown backend {self.backend!r}: choose one of {', '.join(BACKENDS)}"
             )
-        _positive("nproc", self.nproc)
+        need_positive("nproc", self.nproc)
         if self.nproc > max_workers():
             raise ConfigError(
                 f"nproc {show(self.nproc)} is far beyond this machine: at most {max_workers()} "
                 f"processes per node (max(32, 4 x the {available_cpus()} CPUs available))"
             )
-        _positive("nnodes", self.nnodes)
-        _integer("node_rank", self.node_rank)
+        need_positive("nnodes", self.nnodes)
+        need_integer("node_rank", self.node_rank)
         if not 0 <= self.node_rank < self.nnodes:
             raise ConfigError(
                 f"node_rank must be in 0..{self.nnodes - 1}, got {show(self.node_rank)}"
             )
         if self.master_port is not None:
-            _integer("master_port", self.master_port)
+            need_integer("master_port", self.master_port)
             if not 0 < self.master_port < 65536:
                 raise ConfigError(f"master_port must be in 1..65535, got {show(self.master_port)}")
         if self.world_size > 1 and self.strategy not in MULTIPROCESS_STRATEGIES:
@@ -439,10 +431,10 @@ class DistConfig:
                 "several nodes need a meeting point: give master_port (with master_addr) "
                 "or rdzv_endpoint"
             )
-        _number("timeout_s", self.timeout_s, low=0.0, low_open=True, high=MAX_DIST_TIMEOUT_S)
-        _integer("max_restarts", self.max_restarts)
-        _number("max_restarts", self.max_restarts, low=0, high=1000)
-        _number(
+        need_number("timeout_s", self.timeout_s, low=0.0, low_open=True, high=MAX_DIST_TIMEOUT_S)
+        need_integer("max_restarts", self.max_restarts)
+        need_number("max_restarts", self.max_restarts, low=0, high=1000)
+        need_number(
             "stall_timeout_s",
             self.stall_timeout_s,
             low=0.0,
@@ -493,85 +485,6 @@ SECTIONS: dict[str, type] = {
 }
 
 
-def _integer(name: str, value: Any) -> None:
-    """An int (not a bool) below INT_LIMIT in size, or one clear error."""
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ConfigError(f"{name} must be an integer, got {show(value)}")
-    if abs(value) >= INT_LIMIT:
-        raise ConfigError(f"{name} must be below 2**63 in size, got {show(value)}")
-
-
-def _positive(name: str, value: Any, limit: int = INT_LIMIT - 1) -> None:
-    """A positive int of at most ``limit``, or one clear error."""
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ConfigError(f"{name} must be a positive integer, got {show(value)}")
-    if value > limit:
-        bound = "2**63 - 1" if limit == INT_LIMIT - 1 else str(limit)
-        raise ConfigError(f"{name} must be at most {bound}, got {show(value)}")
-
-
-def _seed(name: str, value: Any) -> None:
-    """A seed torch and numpy accept: 0 <= seed < 2**63 (see SEED_LIMIT)."""
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < SEED_LIMIT:
-        raise ConfigError(f"{name} must be an integer in 0..2**63 - 1, got {show(value)}")
-
-
-def _number(
-    name: str, value: Any, *, low: float, low_open: bool = False, high: float | None = None
-) -> None:
-    """A finite number in range, or one clear error (NaN and infinity are refused: NaN
-    compares false with everything and would slip through a plain range check)."""
-    try:
-        x = float(value) if isinstance(value, (int, float)) else math.nan
-    except OverflowError:  # an int past 1e308
-        x = math.nan
-    ok = math.isfinite(x) and (x > low if low_open else x >= low) and (high is None or x <= high)
-    if isinstance(value, bool) or not ok:
-        bound = f"> {low:g}" if low_open else f">= {low:g}"
-        bound = f"a finite number {bound}" if high is None else f"{bound} and <= {high:g}"
-        raise ConfigError(f"{name} must be {bound}, got {show(value)}")
-
-
-def _check_types(cls: type, values: dict[str, Any], where: str) -> None:
-    """Reject unknown keys and wrong types before the dataclass sees them.
-
-    Annotations are strings here (``from __future__ import annotations``), so the check
-    reads them as text; it covers every annotation the config dataclasses use.
-    """
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    for key, value in values.items():
-        if key not in fields:
-            raise ConfigError(f"unknown config key {where}.{key}")
-        kind = str(fields[key].type)
-        if value is None:
-            if "None" not in kind:
-                raise ConfigError(f"{where}.{key} must not be null")
-        elif kind == "int | str":  # a count or a keyword such as "auto" (checked later)
-            if isinstance(value, bool) or not isinstance(value, (int, str)):
-                raise ConfigError(f"{where}.{key} must be an integer or a word, got {value!r}")
-        elif kind.startswith("bool") and not isinstance(value, bool):
-            raise ConfigError(f"{where}.{key} must be true or false, got {value!r}")
-        elif kind.startswith("int") and (isinstance(value, bool) or not isinstance(value, int)):
-            raise ConfigError(f"{where}.{key} must be an integer, got {value!r}")
-        elif kind.startswith("float") and (
-            isinstance(value, bool) or not isinstance(value, (int, float))
-        ):
-            raise ConfigError(f"{where}.{key} must be a number, got {value!r}")
-        elif kind.startswith("str") and not isinstance(value, str):
-            raise ConfigError(f"{where}.{key} must be a string, got {value!r}")
-        elif kind.startswith("tuple[int") and not (
-            isinstance(value, (list, tuple))
-            and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
-        ):
-            raise ConfigError(f"{where}.{key} must be a list of integers, got {value!r}")
-        elif kind.startswith("list[str]") and not (
-            isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
-        ):
-            raise ConfigError(f"{where}.{key} must be a list of names, got {value!r}")
-        elif kind.startswith("dict") and not isinstance(value, dict):
-            raise ConfigError(f"{where}.{key} must be a mapping, got {value!r}")
-
-
 def from_dict(data: dict[str, Any] | None) -> RunConfig:
     """Build and validate a RunConfig from nested plain data (as in config.yaml); the
     workload's default recipe (:mod:`trainscope.recipes`) fills what the data leave out."""
@@ -585,10 +498,10 @@ def from_dict(data: dict[str, Any] | None) -> RunConfig:
                 continue
             if not isinstance(value, dict):
                 raise ConfigError(f"config section {key!r} must be a mapping")
-            _check_types(SECTIONS[key], value, key)
+            check_types(SECTIONS[key], value, key)
             kwargs[key] = SECTIONS[key](**value)
         elif key in ("out", "overwrite", "resume"):
-            _check_types(RunConfig, {key: value}, "config")
+            check_types(RunConfig, {key: value}, "config")
             kwargs[key] = value
         else:
             raise ConfigError(f"unknown config key {key!r}")
