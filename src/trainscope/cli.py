@@ -111,9 +111,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p_q.add_argument("--quiet", "-q", action="store_true", help="print errors only")
 
+    from trainscope.collectives import cli as collectives_cli  # torch-free too
     from trainscope.estimate.cli import add_parser as add_estimate_parser  # torch-free
 
     add_estimate_parser(sub)  # "estimate-memory"
+    collectives_cli.add_parser(sub).set_defaults(handler=collectives_cli.main)
     return parser
 
 
@@ -549,7 +551,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             warnings.simplefilter("ignore")  # -q: errors only (and the launched workers too)
         try:
             with signals_end_runs():
-                return handlers[args.command](args)
+                return handlers.get(args.command, getattr(args, "handler", None))(args)
         except ConfigError as e:
             return _end(f"error: {e}", 2)
         except TrainscopeError as e:

@@ -6,6 +6,7 @@ fresh interpreter that imports trainscope exactly as the console script does (ne
 ``python -m`` from the current directory).
 The same command also works when the user starts it with ``torchrun`` directly; a worker
 knows it was launched from torchrun's environment variables and never launches again.
+``trainscope collectives`` starts its workers the same way (:func:`launch_command`).
 
 Everything that can be refused without starting a process is refused here first: nccl
 without CUDA, more GPU ranks than GPUs on this node.
@@ -25,7 +26,7 @@ from typing import Any
 import yaml
 
 from trainscope import outcomes
-from trainscope.config import RunConfig
+from trainscope.config import DistConfig, RunConfig
 from trainscope.errors import ConfigError, DeviceError, Terminated, TrainscopeError
 from trainscope.records.jsonio import try_json_object
 
@@ -85,9 +86,14 @@ def worker_argv(config_file: Path, extra: list[str]) -> list[str]:
 
 def torchrun_argv(cfg: RunConfig, config_file: Path, extra: list[str]) -> list[str]:
     """The torchrun command line for ``cfg``'s launch settings."""
+    return agent_argv(cfg.dist, worker_argv(config_file, extra))
+
+
+def agent_argv(d: DistConfig, worker: list[str]) -> list[str]:
+    """The torchrun command line that starts ``worker`` (a :func:`worker_argv`-like
+    command) in each of ``d``'s processes."""
     from trainscope.runtime.dist import free_port
 
-    d = cfg.dist
     argv = [sys.executable, "-c", AGENT_CODE, f"--nproc-per-node={d.nproc}"]
     if d.nnodes == 1 and d.rdzv_endpoint is None and d.master_port is None:
         # One node: a private rendezvous on a free local port (what --standalone does,
@@ -107,7 +113,7 @@ def torchrun_argv(cfg: RunConfig, config_file: Path, extra: list[str]) -> list[s
         argv += [f"--max-restarts={d.max_restarts}"]
     # --no-python: each worker is the interpreter started exactly as worker_argv says,
     # not ``python -m`` (which would put the current directory first on sys.path).
-    argv += ["--no-python", "--", *worker_argv(config_file, extra)]
+    argv += ["--no-python", "--", *worker]
     return argv
 
 
@@ -150,6 +156,16 @@ def launch(
         argv = torchrun_argv(cfg, path, extra) if torchrun else worker_argv(path, extra)
         # torchrun sets OMP_NUM_THREADS=1 in each worker unless it is already set: N
         # workers of many threads each would oversubscribe the CPU cores.
+        code = _wait(subprocess.Popen(argv, env=launch_env(tmp), start_new_session=True))
+        return outcomes.conclude(Path(tmp), code)
+
+
+def launch_command(d: DistConfig, args: list[str]) -> outcomes.LaunchResult:
+    """Start ``trainscope ARGS`` in each of ``d``'s processes through torchrun and wait,
+    as :func:`launch` does (one line for a failure; a signal passed on, waited for and
+    re-raised). A command other than ``run`` checks what it needs before calling this."""
+    with tempfile.TemporaryDirectory(prefix="trainscope-launch-") as tmp:
+        argv = agent_argv(d, [sys.executable, "-c", WORKER_CODE, *args])
         code = _wait(subprocess.Popen(argv, env=launch_env(tmp), start_new_session=True))
         return outcomes.conclude(Path(tmp), code)
 

@@ -378,7 +378,7 @@ REPORT_FIGURES = (
     "loader_sweep", "loader_per_iteration",
     "precision_loss", "precision_time", "precision_wall", "precision_memory",
     "strategies_time_per_iter", "strategies_stages",
-    "checkpointing_frontier",
+    "checkpointing_frontier", "collectives_busbw",
 )  # fmt: skip
 _LEGACY_FIGURE_FILES = {f"{name}.{ext}" for name in REPORT_FIGURES for ext in ("png", "svg")}
 

@@ -2,8 +2,9 @@
 
 Built from the study directory alone (``study.json`` and the run records), so it can be
 rebuilt anywhere, without torch. Each study kind adds its own sections (``study_loader``,
-``study_profile``, ``study_precision``, ``study_strategies``); this module adds what every
-study shares: status, method, machine, failures, and writing the files.
+``study_profile``, ``study_precision``, ``study_strategies``, ...); this module adds what
+every study of runs shares: status, method, machine, failures, and writing the files (the
+collectives sweep has no runs: its section says itself how its processes ran).
 """
 
 from __future__ import annotations
@@ -177,7 +178,8 @@ def _write_study_report(study: StudyRecord, out: Path) -> StudyReport:
     before = set(plots.iterdir())  # someone else's files, kept by the claim: not ours
     kind = study.plan.kind
     doc = Document(f"Study: {kind} ({study.path.name})")
-    _header(study, doc)
+    if kind != "collectives":  # no runs: its section says itself how its processes ran
+        _header(study, doc)
     if kind == "loader":
         from trainscope.reports.study_loader import loader_sections as build
     elif kind == "profile":
@@ -188,6 +190,8 @@ def _write_study_report(study: StudyRecord, out: Path) -> StudyReport:
         from trainscope.reports.study_strategies import strategies_sections as build
     elif kind == "checkpointing":
         from trainscope.reports.study_checkpointing import checkpointing_sections as build
+    elif kind == "collectives":
+        from trainscope.reports.study_collectives import collectives_sections as build
     else:
         doc.note(
             f"Unknown study kind {escape_inline(repr(kind))}: this trainscope cannot report it."
@@ -197,14 +201,15 @@ def _write_study_report(study: StudyRecord, out: Path) -> StudyReport:
     doc.heading("Reproduce", 2)
     # study.json keeps the command; older studies only have it in their runs' env.json.
     argv = study.meta.get("argv") or first_env(study).get("argv") or []
-    if len(argv) > 1 and argv[1] == "study":
+    if len(argv) > 1 and argv[1] in ("study", "collectives"):
         doc.paragraph("The command that ran this study (rerun it to resume or repeat it):")
         doc.code("trainscope " + " ".join(shlex.quote(str(a)) for a in argv[1:]))
     # The full path: the folder's name alone works only from its parent directory.
     again = "trainscope report " + shlex.quote(str(study.path.resolve()))
+    runs = "Each run's resolved configuration is its `config.yaml` under `runs/`; "
     doc.paragraph(
-        "Each run's resolved configuration is its `config.yaml` under `runs/`; "
-        f"{inline_code(again)} rebuilds this report from the records, from any folder."
+        (runs if study.plan.runs else "")
+        + f"{inline_code(again)} rebuilds this report from the records, from any folder."
     )
     report = StudyReport(
         study_dir=study.path,
