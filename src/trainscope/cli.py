@@ -124,8 +124,9 @@ STUDY_HELP = {
     "and data wait vs compute per iteration",
     "profile": "stage breakdown of a training run, with the biggest stage and what to do",
     "precision": "fp32 vs tf32 vs fp16+GradScaler vs bf16: loss, accuracy, time, memory",
-    "strategies": "single, dp, ddp, fsdp, gather-scatter, allreduce (--nproc N processes): "
-    "accuracy, time and communication per iteration, memory per rank",
+    "strategies": "single, dp, ddp, fsdp, gather-scatter, allreduce per tensor and bucketed "
+    "(--nproc N processes): accuracy, time and communication per iteration (beside the "
+    "alpha-beta model's prediction with --cost-model), memory per rank",
     "checkpointing": "activation checkpointing none / every-K / selective / full: saved "
     "activations vs step time (default workload: a 4-block gpt-char)",
 }
@@ -209,6 +210,12 @@ def _add_study_parser(sub: Any) -> None:
                 metavar="LIST",
                 help="configurations to compare (default all: " + ",".join(STRATEGY_CONFIGS) + ")",
             )
+            p.add_argument(
+                "--cost-model",
+                metavar="DIR",
+                help="a `trainscope collectives` study: its fitted latency and bandwidth "
+                "predict each strategy's communication, shown beside the measured",
+            )
         if name == "checkpointing":
             p.add_argument(
                 "--policies",
@@ -230,7 +237,16 @@ def _add_study_parser(sub: Any) -> None:
 FRESH_BY_DEFAULT = ("profile", "precision", "strategies")
 
 # The strategies study's configurations (kept here too: --help must not import torch).
-STRATEGY_CONFIGS = ("single", "dp", "ddp-1proc", "ddp", "fsdp", "gather-scatter", "allreduce")
+STRATEGY_CONFIGS = (
+    "single",
+    "dp",
+    "ddp-1proc",
+    "ddp",
+    "fsdp",
+    "gather-scatter",
+    "allreduce",
+    "allreduce-bucketed",
+)
 
 
 _EXPONENT_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+")
@@ -416,8 +432,10 @@ def cmd_study(args: argparse.Namespace) -> int:
     overrides = overrides_from_args(args)
     refuse_what_the_study_sets(args.study, overrides)
     if args.study == "strategies":
-        # --nproc is the study's process count; each configuration sets its own strategy.
+        # --nproc is the study's process count, --bucket-mb allreduce-bucketed's bucket;
+        # each configuration sets its own strategy.
         nproc = overrides.pop("dist.nproc", 2)
+        bucket_mb = overrides.pop("dist.bucket_mb", 25.0)
     if args.study == "checkpointing":
         if args.config is None and "workload.name" not in overrides:
             from trainscope.studies.checkpointing import DEFAULT_WORKLOAD
@@ -456,6 +474,9 @@ def cmd_study(args: argparse.Namespace) -> int:
     if args.study == "strategies":
         options["strategies"] = _name_list("strategies", args.strategies, STRATEGY_CONFIGS)
         options["nproc"] = _positive_arg("nproc", nproc)
+        from trainscope.studies.strategies_model import study_options
+
+        options.update(study_options(bucket_mb, args.cost_model))
     import importlib
 
     from trainscope.runtime import resolve_device

@@ -251,6 +251,15 @@ RUN_FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
         "dist.scale_lr",
         {"action": argparse.BooleanOptionalAction, "help": "lr x world size (linear scaling)"},
     ),
+    "--bucket-mb": (
+        "dist.bucket_mb",
+        {
+            "type": float,
+            "metavar": "MB",
+            "help": "allreduce: flatten gradients into buckets of at most MB MiB, one "
+            "all_reduce per bucket (default: one per tensor)",
+        },
+    ),
     "--stall-timeout": (
         "dist.stall_timeout_s",
         {

@@ -60,6 +60,7 @@ MAX_PREFETCH_FACTOR = 64
 MIN_SYSTEM_INTERVAL_S = 0.1  # below, the sampler costs more than it measures
 MAX_SYSTEM_INTERVAL_S = 86_400.0  # a day; far longer waits overflow the thread's timer
 MAX_DIST_TIMEOUT_S = 7 * 86_400.0  # a week; far longer overflows the timedelta
+MAX_BUCKET_MB = 1024.0 * 1024.0  # 1 TiB: larger is one bucket for any model anyway
 
 
 def checkpointing_policy(text: Any) -> tuple[str, int]:
@@ -394,6 +395,9 @@ class DistConfig:
     max_restarts: int = 0
     """Times torchrun restarts every rank after one fails; the restarted ranks resume from
     the run's last complete checkpoint (from the start without one)."""
+    bucket_mb: float | None = None
+    """allreduce only: flatten the gradients into buckets of at most this many MiB and
+    all-reduce each bucket (None: one all_reduce per gradient tensor)."""
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
@@ -432,6 +436,13 @@ class DistConfig:
                 "or rdzv_endpoint"
             )
         need_number("timeout_s", self.timeout_s, low=0.0, low_open=True, high=MAX_DIST_TIMEOUT_S)
+        if self.bucket_mb is not None:
+            need_number("bucket_mb", self.bucket_mb, low=0.0, low_open=True, high=MAX_BUCKET_MB)
+            if self.strategy != "allreduce":
+                raise ConfigError(
+                    f"bucket_mb applies to strategy allreduce (hand-written buckets), not "
+                    f"{self.strategy}; DDP's buckets are its own (25 MiB)"
+                )
         need_integer("max_restarts", self.max_restarts)
         need_number("max_restarts", self.max_restarts, low=0, high=1000)
         need_number(

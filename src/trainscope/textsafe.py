@@ -183,6 +183,10 @@ _LATEX_SPECIALS = {
     "≤": r"\ensuremath{\leq}",
     "×": r"\ensuremath{\times}",
     "µ": r"\ensuremath{\mu}",
+    "α": r"\ensuremath{\alpha}",
+    "β": r"\ensuremath{\beta}",
+    "·": r"\ensuremath{\cdot}",
+    "∞": r"\ensuremath{\infty}",
 }
 _LATEX_RE = re.compile("|".join(re.escape(k) for k in _LATEX_SPECIALS))
 

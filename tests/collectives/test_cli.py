@@ -79,6 +79,11 @@ def test_the_sweep_prints_its_tables_and_records_every_result(swept) -> None:
     assert [e["op"] for e in data["examples"]] == list(OPS)
     assert all(e["ok"] for e in data["examples"]) and all(i["ok"] for i in data["identities"])
     assert len(data["machine"]["ranks"]) == 2
+    fits = data["cost_model"]["fits"]  # the α–β fit is saved with the study
+    assert set(fits) == set(OPS)
+    assert all(
+        f["points"] == 2 and f["alpha_s"] >= 0 and f["beta_s_per_byte"] >= 0 for f in fits.values()
+    )
     for name in ("report.md", "report.html", "tables.tex", "plots/collectives_busbw.png"):
         assert (out / "report" / name).is_file(), name
 
@@ -97,7 +102,9 @@ def test_the_report_rebuilds_with_every_table_and_the_plot(swept, tmp_path, caps
     assert "data:image/png;base64," in html
     tex = (tmp_path / "r" / "tables.tex").read_text(encoding="utf-8")
     assert latex_problems(tex) == []
-    assert tex.count("\\begin{table}") == 6 + 1 + 6  # examples, identities, one per op
+    # examples, identities, one per op, the cost model
+    assert tex.count("\\begin{table}") == 6 + 1 + 6 + 1
+    assert "Cost model" in md and "tab:collectives-fit" in tex
     compile_latex(tex, tmp_path)
 
 
@@ -159,6 +166,7 @@ def one_line(err: str) -> str:
         (["--nproc", "1"], "at least 2 processes"),
         (["--repeats", "0"], "--repeats"),
         (["--backend", "nccl"], "nccl"),
+        (["--bandwidth", "1GB/s"], "--bandwidth only mean something with --predict"),
     ],
 )
 def test_bad_input_is_one_line_and_leaves_no_directory(capsys, tmp_path, flags, needle) -> None:

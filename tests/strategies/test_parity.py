@@ -109,12 +109,12 @@ def strategy_run(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path
     root = tmp_path_factory.mktemp("parity-strategies")
     done: dict[tuple[str, int], Path] = {}
 
-    def get(strategy: str, nproc: int = WORLD) -> Path:
-        key = (strategy, nproc)
+    def get(strategy: str, nproc: int = WORLD, *flags: str) -> Path:
+        key = (strategy, nproc, *flags)
         if key not in done:
-            out = root / f"{strategy}-{nproc}"
+            out = root / f"{strategy}-{nproc}{'-'.join(('', *flags)).replace('-', '_')}"
             extra = ["--nproc", str(nproc)] if nproc > 1 else []
-            run_cli(out, "--strategy", strategy, *extra)
+            run_cli(out, "--strategy", strategy, *extra, *flags)
             done[key] = out
         return done[key]
 
@@ -217,6 +217,24 @@ def test_gather_scatter_and_allreduce_are_identical(strategy_run: Callable[..., 
     w_gs, w_ar = weights(gs), weights(ar)
     assert sorted(w_gs) == sorted(w_ar)
     assert all(torch.equal(w_gs[k], w_ar[k]) for k in w_gs)
+
+
+@pytest.mark.timeout(2 * LAUNCH_TIMEOUT)
+def test_bucketed_allreduce_equals_per_tensor_allreduce_bit_for_bit(
+    strategy_run: Callable[..., Path],
+) -> None:
+    """Flattening the gradients into buckets changes which call sums them, not the sums:
+    each element is still rank 0's value plus rank 1's, divided by 2."""
+    per_tensor = strategy_run("allreduce")
+    bucketed = strategy_run("allreduce", WORLD, "--bucket-mb", "0.02")  # 20 KiB: 3 buckets
+    summary = json.loads((bucketed / "summary.json").read_text())
+    assert summary["parallel"]["bucket_mb"] == 0.02 and summary["parallel"]["buckets"] == 3
+    assert "buckets" in summary["parallel"]["comm_note"]
+    assert sum(summary["gradients"]["tensor_bytes"]) == 4 * summary["num_parameters"]
+    a, b = step_lines(per_tensor / "metrics.jsonl"), step_lines(bucketed / "metrics.jsonl")
+    assert [s["loss"] for s in a] == [s["loss"] for s in b]
+    w_a, w_b = weights(per_tensor), weights(bucketed)
+    assert all(torch.equal(w_a[k], w_b[k]) for k in w_a)
 
 
 # ------------------------------------------------------------------------- one process

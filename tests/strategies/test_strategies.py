@@ -117,6 +117,38 @@ def test_describe_fields() -> None:
     assert d["world_size"] == 2 and d["backend"] == "gloo"
 
 
+def test_hand_buckets_follow_the_rule_the_predictions_use() -> None:
+    from trainscope.collectives.predict import buckets
+    from trainscope.strategies.allreduce import bucket_groups
+
+    sizes = [3, 700, 5, 9000, 12, 40000, 7]  # elements, float32
+    grads = [torch.zeros(n) for n in sizes]
+    for cap in (100, 4096, 50_000, 1 << 30):
+        groups = bucket_groups(grads, cap)
+        assert [sum(4 * g.numel() for g in grp) for grp in groups] == buckets(
+            [4 * n for n in reversed(sizes)], [cap]
+        )
+        assert [g for grp in groups for g in grp] == list(reversed(grads))  # each once
+    mixed = [torch.zeros(4), torch.zeros(4, dtype=torch.float64), torch.zeros(4)]
+    assert len(bucket_groups(mixed, 1 << 30)) == 3  # one dtype per flat buffer
+
+
+def test_bucket_mb_is_for_the_hand_written_allreduce_only() -> None:
+    from trainscope.config import DistConfig
+    from trainscope.errors import ConfigError
+
+    assert DistConfig(strategy="allreduce", bucket_mb=25).bucket_mb == 25
+    with pytest.raises(ConfigError, match="applies to strategy allreduce"):
+        DistConfig(strategy="ddp", bucket_mb=25)
+    for bad in (0, -1, float("nan"), "x"):
+        with pytest.raises(ConfigError, match="bucket_mb"):
+            DistConfig(strategy="allreduce", bucket_mb=bad)
+    d = make_strategy("allreduce", DistInfo(), CPU, bucket_mb=0.5)
+    model = nn.Sequential(nn.Linear(300, 300), nn.Linear(300, 10))
+    d.wrap(model)
+    assert d.describe()["bucket_mb"] == 0.5 and d.describe()["buckets"] == 1
+
+
 def test_comm_stats() -> None:
     assert make_strategy("single", DistInfo(), CPU).comm_stats() == {}
     stats = make_strategy("ddp", DistInfo(), CPU).comm_stats()

@@ -76,6 +76,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     nodes.add_argument("--node-rank", type=int, default=0, metavar="R", help="this machine")
     nodes.add_argument("--master-addr", default="127.0.0.1", metavar="HOST", help="node 0")
     nodes.add_argument("--master-port", type=int, default=None, metavar="PORT")
+    from trainscope.collectives import predict_cli
+
+    predict_cli.add_flags(p)
     # Set by the launcher on its workers' command line: the directory is claimed already.
     p.add_argument("--launched", action="store_true", help=argparse.SUPPRESS)
     return p
@@ -85,9 +88,26 @@ def main(args: argparse.Namespace) -> int:
     """``trainscope collectives``: launch the processes, or be one of them."""
     from trainscope.runtime.dist import under_torchrun
 
+    if args.predict:
+        from trainscope.collectives import predict_cli
+
+        return predict_cli.main(args)
+    _no_predict_flags(args)
     if under_torchrun():
         return _worker(args)
     return _launcher(args)
+
+
+def _no_predict_flags(args: argparse.Namespace) -> None:
+    """A flag of --predict given to a sweep does nothing there: refused, not ignored."""
+    from trainscope.errors import ConfigError
+
+    flags = ("world", "bandwidth", "latency", "interconnect", "fit", "model", "run", "backward_ms")
+    given = [f"--{f.replace('_', '-')}" for f in flags if getattr(args, f) is not None]
+    if given:
+        raise ConfigError(
+            f"{', '.join(given)} only mean something with --predict (a sweep would ignore them)"
+        )
 
 
 def _names(text: str) -> list[str]:

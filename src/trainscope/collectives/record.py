@@ -224,12 +224,25 @@ def finish(study_dir: Path, status: str, error: str | None = None) -> dict[str, 
         status, error = "completed", None
     data["status"] = status
     data["finished_at"] = now()
+    data["cost_model"] = cost_model(data.get("results") or [])
     if error:
         data["error"] = error
     else:
         data.pop("error", None)
     write_record(study_dir, data)
     return data
+
+
+def cost_model(results: Sequence[Any]) -> dict[str, Any]:
+    """The α–β fits of the results saved (:mod:`trainscope.collectives.model`), as
+    study.json keeps them: what ``--predict --fit DIR`` and the report read."""
+    from trainscope.collectives.model import fit_sweep
+
+    return {
+        "formula": "t(m) = alpha * L(op, n) + beta * W(op, n) * m",
+        "fitted_by": "least squares on the median times, weighted by 1/t",
+        "fits": {op: fit.to_dict() for op, fit in fit_sweep(results).items()},
+    }
 
 
 def wrong_results(data: dict[str, Any]) -> list[str]:

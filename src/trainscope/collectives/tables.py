@@ -172,3 +172,38 @@ def sweep_console_table(results: Sequence[dict[str, Any]]) -> Table:
         "tab:collectives-sweep",
         "llrrrrrr",
     )
+
+
+class Printer:
+    """Rank 0's output: tables on stdout (rich on a terminal, plain lines in a pipe),
+    progress lines on stderr; every string shown literally (trainscope.textsafe)."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        if enabled:
+            from rich.console import Console
+
+            self.out = Console()
+            self.err = Console(stderr=True)
+            for console in (self.out, self.err):
+                if not console.is_terminal:
+                    console.soft_wrap = True  # whole lines in a file, never cut at 80
+
+    def table(self, table: Any) -> None:
+        """A report Table, as the run summary prints one."""
+        if not self.enabled:
+            return
+        from trainscope.reports.console import table_to_plain, table_to_rich
+
+        if self.out.is_terminal:
+            self.out.print(table_to_rich(table))
+        else:
+            self.out.file.write("\n".join(table_to_plain(table)) + "\n")
+            self.out.file.flush()
+
+    def say(self, text: str) -> None:
+        """One progress line on stderr."""
+        if self.enabled:
+            from trainscope.reports.console import print_line
+
+            print_line(self.err, text)

@@ -304,4 +304,35 @@ def collectives_sections(study: StudyRecord, doc: Document, plots: Path) -> Sect
     for text in _findings(by_op):
         section.findings.append(text)
         doc.paragraph(escape_inline(text))
+    _cost_model(meta, options, section, doc)
     return section
+
+
+def _cost_model(
+    meta: dict[str, Any], options: dict[str, Any], section: Section, doc: Document
+) -> None:
+    """The α–β fit per op (saved with the study, else fitted from its results now) and
+    how to predict with it."""
+    from trainscope.collectives.model import fit_sweep, fits_from_dict
+    from trainscope.collectives.model_tables import fit_table
+
+    saved = meta.get("cost_model") if isinstance(meta.get("cost_model"), dict) else {}
+    fits = fits_from_dict(saved.get("fits")) or fit_sweep(meta.get("results") or [])
+    if not fits:
+        return
+    doc.heading("Cost model", 2)
+    doc.paragraph(
+        "Each op's times fitted to the α–β (latency–bandwidth) model: a message of m bytes "
+        "between two ranks takes α + m·β, and a collective is a known pattern of such "
+        "messages. α is what every call pays however small; 1/β is the bandwidth a large "
+        "message approaches. `trainscope collectives --predict --fit DIR` uses these to "
+        "predict each strategy's gradient communication (docs/collectives.md)."
+    )
+    table = fit_table(fits)
+    section.tables["cost_model"] = table
+    doc.table(table)
+    worst = max(fits.values(), key=lambda f: f.max_rel_error)
+    section.findings.append(
+        f"α–β fit: {', '.join(f'{op} α {f.alpha_s * 1e6:.3g} µs' for op, f in fits.items())}; "
+        f"the worst point is {100 * worst.max_rel_error:.0f}% off ({worst.op})"
+    )

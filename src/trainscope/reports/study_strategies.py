@@ -23,6 +23,7 @@ from trainscope.reports.stats import (
     rate,
     task_of,
 )
+from trainscope.reports.study_comm_model import comm_model_section
 from trainscope.reports.tables import Table, fmt_bytes, fmt_rate
 from trainscope.spread import Spread, differ, no_difference_text, spread
 from trainscope.textsafe import plot_text
@@ -225,6 +226,7 @@ def strategies_sections(study: StudyRecord, doc: Document, plots: Path) -> Secti
         doc.paragraph(text)
     if notes:
         doc.bullets([escape_inline(n) for n in notes])
+    comm_model_section(study, doc, section)
     na = [
         f"{escape_inline(c.config)}: {escape_inline(str(c.reason))}"
         for c in study.configs()
@@ -242,6 +244,8 @@ def _ratios(spreads: dict[str, Spread]) -> list[str]:
     pairs = [
         ("gather-scatter", "allreduce", "hand-written sync through rank 0 vs all-reduce"),
         ("allreduce", "ddp", "per-tensor all-reduce after backward vs DDP's buckets"),
+        ("allreduce", "allreduce-bucketed", "per-tensor vs bucketed all-reduce: bucketing alone"),
+        ("allreduce-bucketed", "ddp", "bucketed all-reduce after backward vs DDP: overlap"),
         ("ddp-1proc", "single", "the DDP wrapper alone (one process)"),
         ("dp", "single", "DataParallel vs no wrapper"),
         ("ddp", "single", "DDP with several processes vs one process"),

@@ -1,6 +1,6 @@
 """Parallel strategies behind one interface (:class:`~trainscope.strategies.base.Strategy`).
 
-``make_strategy(name, info, device)`` returns the object for a ``--strategy`` name.
+``make_strategy(name, info, device, bucket_mb=...)`` returns the object for a ``--strategy`` name.
 """
 
 from __future__ import annotations
@@ -14,8 +14,11 @@ if TYPE_CHECKING:
     from trainscope.strategies.base import Strategy
 
 
-def make_strategy(name: str, info: DistInfo, device: torch.device) -> Strategy:
-    """The strategy object for ``name`` (names as in ``trainscope.config.STRATEGIES``)."""
+def make_strategy(
+    name: str, info: DistInfo, device: torch.device, *, bucket_mb: float | None = None
+) -> Strategy:
+    """The strategy object for ``name`` (names as in ``trainscope.config.STRATEGIES``);
+    ``bucket_mb`` is the hand-written allreduce's bucket size (None: per tensor)."""
     from trainscope.strategies.allreduce import AllReduceStrategy
     from trainscope.strategies.ddp import DDPStrategy
     from trainscope.strategies.dp import DataParallelStrategy
@@ -31,4 +34,6 @@ def make_strategy(name: str, info: DistInfo, device: torch.device) -> Strategy:
         "gather-scatter": GatherScatterStrategy,
         "allreduce": AllReduceStrategy,
     }
+    if name == "allreduce":
+        return AllReduceStrategy(info, device, bucket_mb)
     return classes[name](info, device)

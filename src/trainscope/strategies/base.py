@@ -102,3 +102,17 @@ def grads_for_sync(model: nn.Module) -> list[torch.Tensor]:
             p.grad = torch.zeros_like(p)
         grads.append(p.grad)
     return grads
+
+
+def grad_layout(model: nn.Module) -> dict[str, Any]:
+    """What gradient communication sees of ``model``: each trainable parameter's gradient
+    bytes in registration order, and FSDP's units (the parameters outside ``model.blocks``
+    first, then each block's); the input of :mod:`trainscope.collectives.predict`."""
+    from trainscope.workloads.base import model_blocks
+
+    def nbytes(p: torch.Tensor) -> int:
+        return p.numel() * p.element_size()
+
+    tensors = [nbytes(p) for p in trainable_params(model)]
+    blocks = [sum(nbytes(p) for p in trainable_params(b)) for b in model_blocks(model)]
+    return {"tensor_bytes": tensors, "unit_bytes": [sum(tensors) - sum(blocks)] + blocks}

@@ -107,7 +107,7 @@ def _run(
     """:func:`run` once the process group (if any) exists."""
     console = console if console is not None and info.is_main else RunConsole(enabled=False)
     precision = make_precision(cfg.runtime.precision, device)
-    strategy = make_strategy(cfg.dist.strategy, info, device)
+    strategy = make_strategy(cfg.dist.strategy, info, device, bucket_mb=cfg.dist.bucket_mb)
     strategy.local_batch_size(cfg.data.batch_size)  # an uneven split fails before any file
     check_options(cfg.workload)  # so does a bad workload option
     # Tracking sinks mirror rank 0 only; a missing package refuses the run up front.

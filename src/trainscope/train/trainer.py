@@ -26,7 +26,7 @@ from trainscope.records import STAGES, RunWriter, atomic_write_json
 from trainscope.records.steady import steady_state
 from trainscope.runtime import seed_everything
 from trainscope.runtime.dist import DistInfo
-from trainscope.strategies.base import Strategy
+from trainscope.strategies.base import Strategy, grad_layout
 from trainscope.tracking import Sinks
 from trainscope.train import faults, ranks
 from trainscope.train.compose import compile_warmup, compiled_graphs, compose
@@ -193,6 +193,8 @@ class Trainer:
             local_batch_size=self.local_batch,
             lr=lr,
             parallel=ctx.strategy.describe(),
+            # Per-tensor gradient bytes: what the strategies study's predictions start from.
+            gradients=grad_layout(workload.model),
         )
         if cfg.train.checkpoint_every or cfg.train.checkpoint_every_epoch or cfg.resume:
             self.fingerprint = data_fingerprint(workload.train_set)

@@ -1,0 +1,244 @@
+"""``trainscope collectives --predict``: what each strategy's gradient communication would
+cost on other hardware, from the α–β model (torch-free; no process is started).
+
+The link comes from ``--latency``/``--bandwidth``, a named ``--interconnect``, or the fits
+of a sweep already run (``--fit DIR``); the gradients from a named architecture
+(``--model``, default bert-base) or a run's record (``--run DIR``).
+
+The interconnects' bandwidths are the per-direction peak figures of their specifications
+(NVLink 4 on an H100 SXM: 18 links, 900 GB/s *both directions together*, so 450 GB/s each
+way; PCIe 4.0 x16: 16 GT/s x 16 lanes, 128b/130b coding, 31.5 GB/s each way; InfiniBand:
+the signalling rate over 8). Their latencies are orders of magnitude, not measurements:
+``trainscope collectives`` on the machine fits both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from trainscope.errors import ConfigError
+
+# name -> (per-direction GB/s, latency s, what the figures are)
+INTERCONNECTS: dict[str, tuple[float, float, str]] = {
+    "nvlink4": (450.0, 2e-6, "NVLink 4 (H100 SXM): 900 GB/s both ways = 450 GB/s each way"),
+    "pcie4-x16": (31.5, 5e-6, "PCIe 4.0 x16: 31.5 GB/s each way"),
+    "ib-100g": (12.5, 5e-6, "100 Gb/s InfiniBand (EDR): 12.5 GB/s each way"),
+    "ib-400g": (50.0, 5e-6, "400 Gb/s InfiniBand (NDR): 50 GB/s each way"),
+}
+ALIASES = {
+    "nvlink": "nvlink4",
+    "pcie4": "pcie4-x16",
+    "pcie": "pcie4-x16",
+    "100g-ib": "ib-100g",
+    "400g-ib": "ib-400g",
+    "edr": "ib-100g",
+    "ndr": "ib-400g",
+}
+MAX_WORLD = 1 << 20
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+_NUM = r"(\d+(?:\.\d*)?|\.\d+)(?:e([+-]?\d+))?"
+_BW_UNITS = {"b/s": 1 / 8, "kb/s": 1e3 / 8, "mb/s": 1e6 / 8, "gb/s": 1e9 / 8}
+_BYTE_UNITS = {"b/s": 1.0, "kb/s": 1e3, "mb/s": 1e6, "gb/s": 1e9, "tb/s": 1e12}
+_BYTE_UNITS.update({"kib/s": 1024.0, "mib/s": 1024.0**2, "gib/s": 1024.0**3})
+_TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+
+
+def _number(m: re.Match[str]) -> float:
+    # One float() of the whole literal: 1e400 becomes inf (refused by the range check),
+    # never an OverflowError.
+    return float(m.group(1) + (f"e{m.group(2)}" if m.group(2) else ""))
+
+
+def parse_bandwidth(text: str) -> float:
+    """``"900GB/s"`` -> 900.0 (GB/s, 10^9 bytes); ``"100Gb/s"`` (bits) -> 12.5; GiB/s,
+    MB/s ... too. Raises ConfigError."""
+    m = re.fullmatch(_NUM + r"\s*([KMGT]?i?[Bb]/s)", text.strip())
+    if not m:
+        raise ConfigError(
+            f"bad bandwidth {text!r}: write a number and a unit, e.g. 900GB/s (bytes), "
+            "100Gb/s (bits) or 25GiB/s"
+        )
+    unit = m.group(3)
+    # Case carries the meaning here: B is bytes, b is bits.
+    if unit.endswith("B/s"):
+        scale = _BYTE_UNITS.get(unit.lower())
+    else:
+        scale = _BW_UNITS.get(unit.lower())
+    value = _number(m) * (scale or 0) / 1e9
+    if not scale or not 0 < value < 1e6:
+        raise ConfigError(f"bandwidth {text!r} is out of range (above 0, below 1 PB/s)")
+    return value
+
+
+def parse_latency(text: str) -> float:
+    """``"5us"`` -> 5e-6 seconds (s, ms, us/µs, ns). Raises ConfigError."""
+    m = re.fullmatch(_NUM + r"\s*(s|ms|us|µs|ns)", text.strip())
+    if not m:
+        raise ConfigError(f"bad latency {text!r}: write a number and a unit, e.g. 5us or 0.1ms")
+    value = _number(m) * _TIME_UNITS[m.group(3)]
+    if not 0 <= value <= 10:
+        raise ConfigError(f"latency {text!r} is out of range (0 to 10 s)")
+    return value
+
+
+def add_flags(p: argparse.ArgumentParser) -> None:
+    """The --predict flags of ``trainscope collectives``."""
+    g = p.add_argument_group(
+        "predict (no processes: the α–β model's cost of each strategy's gradient sync)"
+    )
+    g.add_argument("--predict", action="store_true", help="predict instead of measuring")
+    g.add_argument("--world", type=int, metavar="N", help="ranks (default: the fit's, else 8)")
+    g.add_argument("--bandwidth", metavar="BW", help="link bandwidth each way, e.g. 900GB/s")
+    g.add_argument("--latency", metavar="T", help="latency per message, e.g. 5us")
+    g.add_argument(
+        "--interconnect",
+        metavar="NAME",
+        help="a link's figures: " + ", ".join(INTERCONNECTS) + " (--bandwidth/--latency override)",
+    )
+    g.add_argument("--fit", metavar="DIR", help="use the α, β fitted by a collectives study")
+    g.add_argument(
+        "--model", default=None, metavar="NAME", help="gradients of an architecture (bert-base)"
+    )
+    g.add_argument("--run", metavar="DIR", help="gradients of a trainscope run's record")
+    g.add_argument("--grad-dtype", choices=tuple(DTYPE_BYTES), default="float32", help="(float32)")
+    g.add_argument("--bucket-mb", type=float, default=25.0, metavar="MB", help="(25)")
+    g.add_argument(
+        "--backward-ms", type=float, metavar="MS", help="backward's time: DDP's exposed part"
+    )
+    g.add_argument("--json", action="store_true", help="print the prediction as JSON")
+
+
+def link_fits(args: argparse.Namespace, world: int) -> tuple[dict[str, Any], str]:
+    """The fits to predict with and one line saying where they come from."""
+    from trainscope.collectives.model import given
+
+    if args.fit:
+        if args.bandwidth or args.latency or args.interconnect:
+            raise ConfigError(
+                "--fit takes α, β from a sweep: drop --bandwidth/--latency/--interconnect"
+            )
+        fits, where = fits_of_study(Path(args.fit))
+        return fits, where
+    bw = lat = None
+    where = "given"
+    if args.interconnect:
+        key = ALIASES.get(args.interconnect.lower(), args.interconnect.lower())
+        if key not in INTERCONNECTS:
+            raise ConfigError(
+                f"unknown interconnect {args.interconnect!r}: choose {', '.join(INTERCONNECTS)}"
+            )
+        bw, lat, where = INTERCONNECTS[key]
+    if args.bandwidth:
+        bw = parse_bandwidth(args.bandwidth)
+    if args.latency:
+        lat = parse_latency(args.latency)
+    if bw is None or lat is None:
+        raise ConfigError(
+            "--predict needs a link: --bandwidth and --latency, an --interconnect, or --fit DIR"
+        )
+    return given(lat, bw, world), f"{where}; α = {lat * 1e6:.3g} µs, 1/β = {bw:.4g} GB/s"
+
+
+def fits_of_study(study_dir: Path) -> tuple[dict[str, Any], str]:
+    """The fits of a collectives study (saved, else fitted now from its results)."""
+    from trainscope.collectives.model import fit_sweep, fits_from_dict
+    from trainscope.collectives.record import KIND, read_record
+
+    data = read_record(study_dir)
+    if data.get("kind") != KIND:
+        raise ConfigError(f"{study_dir} is not a collectives study (--fit needs one)")
+    saved = (
+        (data.get("cost_model") or {}).get("fits")
+        if isinstance(data.get("cost_model"), dict)
+        else None
+    )
+    fits = fits_from_dict(saved) or fit_sweep(data.get("results") or [])
+    if not fits:
+        raise ConfigError(f"{study_dir}: no op has two clean sizes to fit α and β to")
+    return fits, f"fitted on {study_dir} ({', '.join(fits)})"
+
+
+def gradients(args: argparse.Namespace) -> Any:
+    """The gradient tensors to predict for: --run's record, else --model's shapes."""
+    from trainscope.collectives.predict import GradTensors
+
+    size = DTYPE_BYTES[args.grad_dtype]
+    if args.run:
+        if args.model:
+            raise ConfigError("give --model or --run, not both")
+        return run_gradients(Path(args.run))
+    from trainscope.estimate.archs import named
+    from trainscope.estimate.tensors import tensor_numels
+
+    arch = named(args.model or "bert-base")
+    flat, units = tensor_numels(arch)
+    return GradTensors(
+        f"{arch.name} ({sum(flat) / 1e6:.1f}M parameters, {len(flat)} tensors, {args.grad_dtype})",
+        tuple(size * t for t in flat),
+        tuple(size * sum(u) for u in units if u),
+    )
+
+
+def run_gradients(run_dir: Path) -> Any:
+    """A run's gradients as its summary recorded them (``gradients``)."""
+    from trainscope.collectives.predict import GradTensors
+    from trainscope.records.jsonio import read_json_object
+
+    summary = read_json_object(run_dir / "summary.json")
+    g = summary.get("gradients") if isinstance(summary, dict) else None
+    sizes = g.get("tensor_bytes") if isinstance(g, dict) else None
+    if not isinstance(sizes, list) or not all(isinstance(s, int) and s >= 0 for s in sizes):
+        raise ConfigError(f"{run_dir}: its summary records no gradient sizes (an older run?)")
+    units = g.get("unit_bytes")
+    ok = isinstance(units, list) and all(isinstance(u, int) and u >= 0 for u in units)
+    return GradTensors(
+        f"{summary.get('model', 'the model')} of {run_dir.name} ({len(sizes)} tensors)",
+        tuple(sizes),
+        tuple(u for u in units if u) if ok else (),
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    """Print the predicted communication of every strategy."""
+    from trainscope.collectives.model_tables import fit_table, prediction_table
+    from trainscope.collectives.predict import predict
+    from trainscope.collectives.tables import Printer
+
+    world = args.world
+    if world is None and args.fit:
+        world = next(iter(fits_of_study(Path(args.fit))[0].values())).world_size
+    world = 8 if world is None else world
+    if not 2 <= world <= MAX_WORLD:
+        raise ConfigError(f"--world must be in 2..{MAX_WORLD}, got {world}")
+    for flag, v in (("--bucket-mb", args.bucket_mb), ("--backward-ms", args.backward_ms)):
+        if v is not None and not 0 < v < 1e9:
+            raise ConfigError(f"{flag} must be a positive number, got {v}")
+    fits, where = link_fits(args, world)
+    grads = gradients(args)
+    backward = None if args.backward_ms is None else args.backward_ms / 1e3
+    preds = predict(grads, world, fits, bucket_mb=args.bucket_mb, backward_s=backward)
+    if args.json:  # for scripts: strict JSON on stdout, nothing else
+        data = {
+            "world_size": world,
+            "gradients": grads.name,
+            "gradient_bytes": grads.total,
+            "link": where,
+            "fits": {op: f.to_dict() for op, f in fits.items()},
+            "predictions": [p.to_dict() for p in preds],
+        }
+        print(json.dumps(data, indent=1, allow_nan=False))
+        return 0
+    show = Printer(not args.quiet)
+    if args.fit:
+        show.table(fit_table(fits))
+    title = (
+        f"Predicted gradient communication per step: {grads.name} on {world} ranks; link: "
+        f"{where}. Back to back, no contention; the busiest rank's bytes."
+    )
+    show.table(prediction_table(preds, title))
+    return 0

@@ -1,0 +1,194 @@
+"""The strategies study's communication, measured beside the α–β model's prediction
+(torch-free).
+
+**Measured**, per optimizer step (median over repeats, rank 0):
+
+- ``gather-scatter``, ``allreduce``, ``allreduce-bucketed``: the ``comm`` stage, which
+  holds all of their communication and nothing else overlaps it;
+- ``ddp``: what communication adds to backward, ``backward(ddp) - backward(allreduce)``
+  (the same per-rank batch, whose backward computes the same and communicates nothing);
+  this is the *exposed* part. The hook's in-flight time is shown beside it;
+- ``fsdp``: what sharding adds to forward and backward, ``(forward + backward)(fsdp) -
+  (forward + backward)(allreduce)``, again the exposed part.
+
+**Predicted** (:mod:`trainscope.collectives.predict`): from the gradients each run
+recorded, the fits kept in the plan and the study's process count; DDP's exposed part with
+backward's time taken from the ``allreduce`` runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainscope.records.study_dir import StudyRecord
+from trainscope.reports.document import Document, escape_inline
+from trainscope.reports.section import Section
+from trainscope.reports.stats import fmt_spread
+from trainscope.reports.tables import MISSING, Table
+from trainscope.spread import Spread, spread
+
+HAND_WRITTEN = ("gather-scatter", "allreduce", "allreduce-bucketed")
+GOAL = 0.15  # the issue's: within 15% of measured for the non-overlapped strategies
+
+
+def _per_step_ms(summary: dict[str, Any], *stages: str) -> float | None:
+    steps, secs = summary.get("steps"), summary.get("stages_s") or {}
+    vals = [secs.get(s) for s in stages]
+    if not steps or not all(isinstance(v, (int, float)) for v in vals):
+        return None
+    return 1e3 * sum(vals) / steps  # type: ignore[arg-type]
+
+
+def _grads(summaries: list[dict[str, Any]]) -> Any:
+    from trainscope.collectives.predict import GradTensors
+
+    for s in summaries:
+        g = s.get("gradients")
+        if isinstance(g, dict) and isinstance(g.get("tensor_bytes"), list):
+            sizes = [x for x in g["tensor_bytes"] if isinstance(x, int) and x >= 0]
+            units = [x for x in g.get("unit_bytes") or [] if isinstance(x, int) and x > 0]
+            if sizes:
+                return GradTensors(str(s.get("model", "model")), tuple(sizes), tuple(units))
+    return None
+
+
+def comm_model_section(study: StudyRecord, doc: Document, section: Section) -> None:
+    """Measured vs predicted communication per strategy (only with a cost model)."""
+    from trainscope.collectives.model import fits_from_dict
+    from trainscope.collectives.predict import predict
+
+    options = study.plan.options
+    model = options.get("cost_model") if isinstance(options.get("cost_model"), dict) else None
+    doc.heading("Communication: measured and predicted", 3)
+    if not model or not (fits := fits_from_dict(model.get("fits"))):
+        doc.paragraph(
+            "No cost model: run `trainscope collectives --nproc N --out DIR` on this machine "
+            "and give the study `--cost-model DIR` to see each strategy's communication "
+            "beside what the α–β model predicts."
+        )
+        return
+    summ: dict[str, list[dict[str, Any]]] = {}
+    for c in study.configs():
+        if c.applicable:
+            summ[str(c.labels.get("strategy", c.config))] = [
+                r.summary for r in study.measured(c.config)
+            ]
+    grads = _grads([s for ss in summ.values() for s in ss])
+    nproc = options.get("nproc")
+    if grads is None or not isinstance(nproc, int) or nproc < 2:
+        doc.paragraph("No prediction: the runs recorded no gradient sizes, or one process.")
+        return
+
+    def med(name: str, *stages: str) -> Spread:
+        return spread(_per_step_ms(s, *stages) for s in summ.get(name, []))
+
+    backward = med("allreduce", "backward")
+    bucket_mb = options.get("bucket_mb", 25.0)
+    preds = {
+        p.strategy: p
+        for p in predict(
+            grads,
+            nproc,
+            fits,
+            bucket_mb=bucket_mb if isinstance(bucket_mb, (int, float)) else 25.0,
+            backward_s=None if backward.median is None else backward.median / 1e3,
+        )
+    }
+    rows, checks = [], []
+    for name in [n for n in summ if n in preds or n == "ddp-1proc"]:
+        p = preds.get(name)
+        if p is None:
+            continue
+        if name in HAND_WRITTEN:
+            measured = med(name, "comm")
+            what = "comm stage"
+        elif name == "ddp":
+            measured = _difference(med("ddp", "backward"), backward)
+            what = "backward(ddp) - backward(allreduce)"
+        else:
+            measured = _difference(
+                med(name, "forward", "backward"), med("allreduce", "forward", "backward")
+            )
+            what = "(fwd+bwd)(fsdp) - (fwd+bwd)(allreduce)"
+        predicted = p.comm_s * 1e3 if name in HAND_WRITTEN else p.exposed_s
+        if predicted is not None and name not in HAND_WRITTEN:
+            predicted *= 1e3
+        ratio = (
+            predicted / measured.median
+            if predicted is not None and measured.median and measured.median > 0
+            else None
+        )
+        if name in HAND_WRITTEN and ratio is not None:
+            checks.append((name, ratio))
+        rows.append(
+            [
+                name,
+                str(p.collectives),
+                f"{p.comm_s * 1e3:.3g}",
+                MISSING if predicted is None else f"{predicted:.3g}",
+                fmt_spread(measured),
+                what,
+                MISSING if ratio is None else f"{ratio:.2f}",
+            ]
+        )
+    table = Table(
+        [
+            "Strategy",
+            "Collectives/step",
+            "Predicted comm (ms)",
+            "Predicted exposed (ms)",
+            "Measured exposed (ms)",
+            "Measured as",
+            "Predicted / measured",
+        ],
+        rows,
+        f"Communication per optimizer step on {nproc} processes: the α–β model's prediction "
+        f"({escape_inline(str(model.get('source', 'a collectives study')))}) from the "
+        "gradients the runs recorded, beside what was measured (median and spread over "
+        "repeats, rank 0). Exposed: the part not hidden behind compute; for the hand-written "
+        "strategies all of it. DDP's predicted exposed part takes backward's time from the "
+        "allreduce runs; FSDP's prefetch overlap is not modelled (its prediction is all of "
+        "its communication).",
+        "tab:strategies-comm-model",
+        "lrrrrlr",
+    )
+    section.tables["comm_model"] = table
+    doc.table(table)
+    for text in _verdicts(checks, preds, summ, med):
+        section.findings.append(text)
+        doc.paragraph(escape_inline(text))
+
+
+def _difference(a: Spread, b: Spread) -> Spread:
+    """a - b as a spread: the medians' difference, the range from the extremes."""
+    if a.median is None or b.median is None:
+        return spread([])
+    lo = (a.low if a.low is not None else a.median) - (b.high if b.high is not None else b.median)
+    hi = (a.high if a.high is not None else a.median) - (b.low if b.low is not None else b.median)
+    n = min(a.n, b.n)
+    return Spread(a.median - b.median, lo, hi, n, "min–max" if n > 1 else "single")
+
+
+def _verdicts(
+    checks: list[tuple[str, float]], preds: dict[str, Any], summ: dict[str, Any], med: Any
+) -> list[str]:
+    out = []
+    if checks:
+        within = [n for n, r in checks if abs(r - 1) <= GOAL]
+        out.append(
+            f"Non-overlapped strategies predicted within {GOAL:.0%} of measured: "
+            f"{len(within)} of {len(checks)} ("
+            + ", ".join(f"{n} {r:.2f}x" for n, r in checks)
+            + ")."
+        )
+    ranked = [n for n in HAND_WRITTEN if n in summ and med(n, "comm").median is not None]
+    if len(ranked) >= 2:
+        measured = sorted(ranked, key=lambda n: med(n, "comm").median)
+        predicted = sorted(ranked, key=lambda n: preds[n].comm_s)
+        same = measured == predicted
+        out.append(
+            "Ordering by communication time, fastest first: measured "
+            + " < ".join(measured)
+            + ("; predicted the same." if same else "; predicted " + " < ".join(predicted) + ".")
+        )
+    return out
