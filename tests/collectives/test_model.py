@@ -59,6 +59,19 @@ def test_the_fit_minimises_relative_error_so_small_messages_count() -> None:
     assert fit.alpha_s == pytest.approx(50e-6, rel=0.05)
 
 
+def test_the_fit_uses_the_mean_call_so_a_bimodal_latency_sums_right() -> None:
+    """Per call 0.6 ms or 3.5 ms (gloo here): the median of 20 calls with 11 fast ones is
+    0.6 ms, but 10 calls in a step cost 10 x the mean. The fit follows the mean."""
+    results = []
+    for m in SIZES:
+        times = [0.6e-3] * 11 + [3.5e-3] * 9
+        results.append({"op": "broadcast", "bytes": m, "world_size": 2, "time_s": 0.6e-3,
+                        "times_s": times, "wrong": 0})  # fmt: skip
+    fit = model.fit_sweep(results)["broadcast"]
+    assert fit.alpha_s == pytest.approx((11 * 0.6e-3 + 9 * 3.5e-3) / 20)
+    assert model.mean_time({"time_s": 1.0, "times_s": [1, "x"]}) == 1.0  # damaged: the median
+
+
 def test_negative_coefficients_are_not_fitted() -> None:
     # Times that fall with size: the line's slope would be negative.
     a, b = model.fit_line([1e3, 1e6, 1e7], [3e-3, 2e-3, 1e-3])

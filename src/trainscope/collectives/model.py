@@ -25,9 +25,13 @@ W is nccl-tests' bus factor for the ring and pairwise ops, which is why busbw ap
 1/β for large messages.
 
 **The fit.** For each op measured, α and β are fitted by least squares on the sweep's
-median times, each point weighted by 1/t (so the error minimised is *relative*: the
+*mean* time per call at each size (its total time over its calls), each point weighted by 1/t (so the error minimised is *relative*: the
 1 KiB points, where latency dominates, count as much as the 64 MiB ones, where bandwidth
-does). Both are kept >= 0 (a negative one is set to 0 and the other refitted). With all
+does). Both are kept >= 0 (a negative one is set to 0 and the other refitted). The mean, not
+the median the bandwidth tables show: a step makes many calls and pays their sum, and on
+a shared machine one call's time is skewed or even bimodal (gloo on this project's 2-vCPU
+VM: about 0.6 ms or 3.5 ms for the same small all_reduce), where the median of the calls
+says little about their sum. With all
 points at one world size L and W are constants, so what the data determine is the line
 ``t = a + b·m``; α = a/L and β = b/W are that line read through the assumed algorithm.
 Whatever gloo or NCCL actually run, the fitted α and β reproduce the measured times
@@ -153,15 +157,25 @@ def fit_op(op: str, n: int, sizes: Sequence[float], times: Sequence[float]) -> F
     return Fit(op, alpha, beta, n, len(sizes), worst, ALGORITHMS[op])
 
 
+def mean_time(result: dict[str, Any]) -> Any:
+    """A result's mean seconds per call: its repeats' total over their number (``time_s``,
+    the median, for a result without its repeats)."""
+    times = result.get("times_s")
+    ok = isinstance(times, list) and times
+    if ok and all(isinstance(t, (int, float)) and not isinstance(t, bool) for t in times):
+        return sum(times) / len(times)
+    return result.get("time_s")
+
+
 def fit_sweep(results: Iterable[Any]) -> dict[str, Fit]:
     """One :class:`Fit` per op from a sweep's results (the ``results`` of a collectives
-    study): their ``bytes`` and median ``time_s``. Results that are not a clean
-    measurement (a wrong element, no time) are left out; an op needs 2 sizes."""
+    study): their ``bytes`` and mean time per call (:func:`mean_time`). Results that are
+    not a clean measurement (a wrong element, no time) are left out; an op needs 2 sizes."""
     by_op: dict[str, list[tuple[float, float, int]]] = {}
     for r in results:
         if not isinstance(r, dict) or r.get("wrong"):
             continue
-        op, m, t, n = r.get("op"), r.get("bytes"), r.get("time_s"), r.get("world_size")
+        op, m, t, n = r.get("op"), r.get("bytes"), mean_time(r), r.get("world_size")
         ok = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (m, t, n))
         if op in ALGORITHMS and ok and t > 0 and math.isfinite(t) and n >= 2:
             by_op.setdefault(op, []).append((float(m), float(t), int(n)))

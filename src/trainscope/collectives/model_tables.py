@@ -45,8 +45,9 @@ def fit_table(fits: dict[str, Fit]) -> Table:
         rows,
         f"The α–β model {FORMULA} on {world} ranks (L, W from the algorithm: ring all_reduce "
         "L = 2(n-1), W = 2(n-1)/n; ring/pairwise L = n-1, W = (n-1)/n; binomial tree L = W = "
-        "ceil(log2 n)), fitted by least squares weighted by 1/t to the median times; max "
-        "error: the largest |model - measured| / measured over the sizes.",
+        "ceil(log2 n)), fitted by least squares weighted by 1/t to the mean time per call (a "
+        "step pays the sum of its calls); max error: the largest |model - mean| / mean over "
+        "the sizes.",
         "tab:collectives-fit",
         "llrrrr",
     )

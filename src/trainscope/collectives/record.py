@@ -240,7 +240,7 @@ def cost_model(results: Sequence[Any]) -> dict[str, Any]:
 
     return {
         "formula": "t(m) = alpha * L(op, n) + beta * W(op, n) * m",
-        "fitted_by": "least squares on the median times, weighted by 1/t",
+        "fitted_by": "least squares on the mean time per call, weighted by 1/t",
         "fits": {op: fit.to_dict() for op, fit in fit_sweep(results).items()},
     }
 
