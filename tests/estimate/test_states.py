@@ -12,6 +12,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from tests.estimate.meter import meter_step
+from tests.estimate.models import hf_classifier
 from trainscope.config import WorkloadConfig
 from trainscope.estimate import archs
 from trainscope.estimate.core import Setup, counts_of, estimate
@@ -133,25 +134,8 @@ def test_gpt2_counts_match_the_model(name: str, monkeypatch: pytest.MonkeyPatch)
 
 @pytest.mark.parametrize("name", ["bert-base", "bert-large", "roberta-base", "roberta-large"])
 def test_bert_and_roberta_counts_match_transformers(name: str) -> None:
-    transformers = pytest.importorskip("transformers")
     arch = archs.named(name)
-    kind = transformers.BertConfig if arch.kind == "bert" else transformers.RobertaConfig
-    model = (
-        transformers.BertForSequenceClassification
-        if arch.kind == "bert"
-        else transformers.RobertaForSequenceClassification
-    )
-    config = kind(
-        vocab_size=arch.vocab,
-        hidden_size=arch.hidden,
-        num_hidden_layers=arch.layers,
-        num_attention_heads=arch.heads,
-        intermediate_size=arch.ffn,
-        max_position_embeddings=arch.positions,
-        type_vocab_size=arch.type_vocab,
-        num_labels=2,
-    )
-    total, tensors, buffers = _meta_count(lambda: model(config))
+    total, tensors, buffers = _meta_count(hf_classifier(arch))
     pc = archs.param_counts(arch)
     assert (pc.total, pc.tensors, archs.buffer_bytes(arch)) == (total, tensors, buffers)
 

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import torch
 
+from tests.estimate.models import hf_classifier
 from trainscope.errors import ConfigError
 from trainscope.estimate import archs
 from trainscope.estimate.tensors import tensor_numels
@@ -46,25 +47,9 @@ def test_gpt_tensors_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize("name", ["bert-base", "roberta-base"])
 def test_bert_and_roberta_tensors_in_order(name: str) -> None:
-    transformers = pytest.importorskip("transformers")
     arch = archs.named(name)
     bert = arch.kind == "bert"
-    config = (transformers.BertConfig if bert else transformers.RobertaConfig)(
-        vocab_size=arch.vocab,
-        hidden_size=arch.hidden,
-        num_hidden_layers=arch.layers,
-        num_attention_heads=arch.heads,
-        intermediate_size=arch.ffn,
-        max_position_embeddings=arch.positions,
-        type_vocab_size=arch.type_vocab,
-        num_labels=2,
-    )
-    cls = (
-        transformers.BertForSequenceClassification
-        if bert
-        else transformers.RobertaForSequenceClassification
-    )
-    model = _meta(lambda: cls(config))
+    model = _meta(hf_classifier(arch))
     layers = list((model.bert if bert else model.roberta).encoder.layer)
     _check(arch, model, layers)
 
