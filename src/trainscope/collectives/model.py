@@ -25,18 +25,18 @@ W is nccl-tests' bus factor for the ring and pairwise ops, which is why busbw ap
 1/β for large messages.
 
 **The fit.** For each op measured, α and β are fitted by least squares on the sweep's
-*mean* time per call at each size (its total time over its calls), each point weighted by 1/t (so the error minimised is *relative*: the
-1 KiB points, where latency dominates, count as much as the 64 MiB ones, where bandwidth
-does). Both are kept >= 0 (a negative one is set to 0 and the other refitted). The mean, not
-the median the bandwidth tables show: a step makes many calls and pays their sum, and on
-a shared machine one call's time is skewed or even bimodal (gloo on this project's 2-vCPU
-VM: about 0.6 ms or 3.5 ms for the same small all_reduce), where the median of the calls
-says little about their sum. With all
-points at one world size L and W are constants, so what the data determine is the line
-``t = a + b·m``; α = a/L and β = b/W are that line read through the assumed algorithm.
-Whatever gloo or NCCL actually run, the fitted α and β reproduce the measured times
-(``max_rel_error`` says how well); they are the link's parameters only as far as the
-assumed algorithm is the one run.
+*mean* time per call at each size (its total time over its calls), each point weighted
+by 1/t (so the error minimised is *relative*: the 1 KiB points, where latency dominates,
+count as much as the 64 MiB ones, where bandwidth does). Both are kept >= 0 (a negative
+one is set to 0 and the other refitted). The mean, not the median the bandwidth tables
+show: a step makes many calls and pays their sum, and on a shared machine one call's time
+is skewed or even bimodal (gloo on this project's 2-vCPU VM: about 0.6 ms or 3.5 ms for
+the same small all_reduce), where the median of the calls says little about their sum.
+With all points at one world size L and W are constants, so what the data determine is
+the line ``t = a + b·m``; α = a/L and β = b/W are that line read through the assumed
+algorithm. Whatever gloo or NCCL actually run, the fitted α and β reproduce the measured
+times (``max_rel_error`` says how well); they are the link's parameters only as far as
+the assumed algorithm is the one run.
 """
 
 from __future__ import annotations
