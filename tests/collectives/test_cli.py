@@ -79,7 +79,8 @@ def test_the_sweep_prints_its_tables_and_records_every_result(swept) -> None:
     assert [e["op"] for e in data["examples"]] == list(OPS)
     assert all(e["ok"] for e in data["examples"]) and all(i["ok"] for i in data["identities"])
     assert len(data["machine"]["ranks"]) == 2
-    fits = data["cost_model"]["fits"]  # the α–β fit is saved with the study
+    fits = data["cost_model"]["fits"]  # the α–β fit is saved with the study, per backend
+    assert data["cost_model"]["backend"] == "gloo"
     assert set(fits) == set(OPS)
     assert all(
         f["points"] == 2 and f["alpha_s"] >= 0 and f["beta_s_per_byte"] >= 0 for f in fits.values()

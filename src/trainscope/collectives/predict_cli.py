@@ -160,7 +160,13 @@ def fits_of_study(study_dir: Path) -> tuple[dict[str, Any], str]:
     fits = fits_from_dict(saved) or fit_sweep(data.get("results") or [])
     if not fits:
         raise ConfigError(f"{study_dir}: no op has two clean sizes to fit α and β to")
-    return fits, f"fitted on {study_dir} ({', '.join(fits)})"
+    backend = (
+        (data.get("options") or {}).get("backend")
+        if isinstance(data.get("options"), dict)
+        else None
+    )
+    on = f"{backend}, " if isinstance(backend, str) else ""
+    return fits, f"fitted on {study_dir} ({on}{', '.join(fits)})"
 
 
 def gradients(args: argparse.Namespace) -> Any:

@@ -224,7 +224,7 @@ def finish(study_dir: Path, status: str, error: str | None = None) -> dict[str, 
         status, error = "completed", None
     data["status"] = status
     data["finished_at"] = now()
-    data["cost_model"] = cost_model(data.get("results") or [])
+    data["cost_model"] = cost_model(data.get("results") or [], data["options"].get("backend"))
     if error:
         data["error"] = error
     else:
@@ -233,12 +233,14 @@ def finish(study_dir: Path, status: str, error: str | None = None) -> dict[str, 
     return data
 
 
-def cost_model(results: Sequence[Any]) -> dict[str, Any]:
+def cost_model(results: Sequence[Any], backend: Any = None) -> dict[str, Any]:
     """The α–β fits of the results saved (:mod:`trainscope.collectives.model`), as
-    study.json keeps them: what ``--predict --fit DIR`` and the report read."""
+    study.json keeps them: what ``--predict --fit DIR`` and the report read. The fits
+    hold for this backend (and its device) only: gloo's and NCCL's differ by orders."""
     from trainscope.collectives.model import fit_sweep
 
     return {
+        "backend": backend,
         "formula": "t(m) = alpha * L(op, n) + beta * W(op, n) * m",
         "fitted_by": "least squares on the mean time per call, weighted by 1/t",
         "fits": {op: fit.to_dict() for op, fit in fit_sweep(results).items()},

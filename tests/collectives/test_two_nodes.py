@@ -1,0 +1,54 @@
+"""The sweep across two "nodes" on one machine: 2 x ``trainscope collectives --nnodes 2
+--node-rank R``, one process each, as a user types it on two machines. Node 0 records."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.strategies.test_two_nodes import stop, tail
+from trainscope.runtime.dist import free_port
+
+WAIT_S = 180
+
+
+@pytest.mark.timeout(WAIT_S + 60)
+def test_a_sweep_across_two_nodes_of_one_process_each(tmp_path: Path) -> None:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    procs: list[subprocess.Popen[bytes]] = []
+    logs: list[Path] = []
+    outs = [tmp_path / "node0-study", tmp_path / "node1-study"]
+    try:
+        for node in range(2):
+            log = tmp_path / f"node{node}.log"
+            logs.append(log)
+            argv = [sys.executable, "-m", "trainscope.cli", "collectives", "--nproc", "1"]
+            argv += ["--nnodes", "2", "--node-rank", str(node), "--master-port", str(port)]
+            argv += ["--sizes", "1K,64K", "--ops", "all_reduce,all_gather", "--repeats", "3"]
+            argv += ["--warmup", "1", "--no-report", "--out", str(outs[node])]
+            with log.open("wb") as f:
+                procs.append(
+                    subprocess.Popen(
+                        argv, stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True
+                    )
+                )
+        deadline = time.monotonic() + WAIT_S
+        codes = [p.wait(timeout=max(deadline - time.monotonic(), 1)) for p in procs]
+        assert codes == [0, 0], "\n".join(f"--- {p.name}\n{tail(p)}" for p in logs)
+    finally:
+        stop(procs)
+    data = json.loads((outs[0] / "study.json").read_text())
+    assert data["status"] == "completed" and data["done"] == 4
+    assert data["options"]["world_size"] == 2 and data["options"]["nnodes"] == 2
+    assert all(r["wrong"] == 0 and r["world_size"] == 2 for r in data["results"])
+    assert all(e["ok"] for e in data["examples"]) and len(data["machine"]["ranks"]) == 2
+    assert set(data["cost_model"]["fits"]) == {"all_reduce", "all_gather"}
+    assert not outs[1].exists()  # only node 0 records
+    assert "all_reduce" in logs[0].read_text()  # node 0 printed the tables
