@@ -237,16 +237,8 @@ def _add_study_parser(sub: Any) -> None:
 FRESH_BY_DEFAULT = ("profile", "precision", "strategies")
 
 # The strategies study's configurations (kept here too: --help must not import torch).
-STRATEGY_CONFIGS = (
-    "single",
-    "dp",
-    "ddp-1proc",
-    "ddp",
-    "fsdp",
-    "gather-scatter",
-    "allreduce",
-    "allreduce-bucketed",
-)
+STRATEGY_CONFIGS = ("single", "dp", "ddp-1proc", "ddp", "fsdp", "gather-scatter", "allreduce",
+                    "allreduce-bucketed")  # fmt: skip
 
 
 _EXPONENT_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+")
@@ -476,7 +468,7 @@ def cmd_study(args: argparse.Namespace) -> int:
         options["nproc"] = _positive_arg("nproc", nproc)
         from trainscope.studies.strategies_model import study_options
 
-        options.update(study_options(bucket_mb, args.cost_model))
+        options.update(study_options(bucket_mb, args.cost_model, options["strategies"]))
     import importlib
 
     from trainscope.runtime import resolve_device

@@ -115,6 +115,24 @@ def test_hand_computed_times() -> None:
     assert model.terms("all_reduce", 1) == (0.0, 0.0)
 
 
+def test_a_tampered_record_never_crashes_the_fit_and_is_never_trusted() -> None:
+    results = planted("all_reduce", 2, 1e-5, 1e-9, noise=0.0)
+    results[0]["world_size"] = 1e400
+    results[1]["bytes"] = 10**400
+    results[2]["times_s"] = [10**400]
+    results[2]["time_s"] = "x"
+    results[3]["bytes"] = float("inf")
+    results[4]["world_size"] = 2.5
+    fit = model.fit_sweep(results)["all_reduce"]
+    assert fit.points == len(SIZES) - 5
+    good = model.Fit("all_reduce", 1e-5, 1e-9, 2, 3, 0.1, "ring").to_dict()
+    for key, bad in [("world_size", 1e400), ("world_size", -4), ("world_size", 10**400),
+                     ("alpha_s", 10**400), ("beta_s_per_byte", -1), ("points", "3"),
+                     ("max_rel_error", float("nan")), ("alpha_s", True)]:  # fmt: skip
+        assert model.fits_from_dict({"all_reduce": {**good, key: bad}}) == {}, (key, bad)
+    assert model.fits_from_dict({"all_reduce": good})["all_reduce"].world_size == 2
+
+
 def test_fits_round_trip_through_strict_json() -> None:
     import json
 

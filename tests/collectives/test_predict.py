@@ -41,10 +41,10 @@ def test_hand_computed_predictions_on_two_ranks() -> None:
 def test_ddp_overlap_hides_all_but_the_tail() -> None:
     grads = GradTensors("toy", (4 * MIB,) * 8)  # 8 buckets of 4 MiB each with a 1 MiB cap
     fits = model.given(ALPHA, GBPS, 2)
-    long_backward = by_name(predict(grads, 2, fits, bucket_mb=1, backward_s=10.0))["ddp"]
+    long_backward = by_name(predict(grads, 2, fits, ddp_bucket_mb=1, backward_s=10.0))["ddp"]
     last = fits["all_reduce"].time("all_reduce", 4 * MIB, 2)
     assert long_backward.exposed_s == pytest.approx(last)  # only the last bucket shows
-    no_backward = by_name(predict(grads, 2, fits, bucket_mb=1, backward_s=0.0))["ddp"]
+    no_backward = by_name(predict(grads, 2, fits, ddp_bucket_mb=1, backward_s=0.0))["ddp"]
     assert no_backward.exposed_s == pytest.approx(no_backward.comm_s)  # nothing to hide behind
 
 
@@ -87,12 +87,35 @@ def test_buckets_match_what_ddp_itself_assigns(sizes: list[int]) -> None:
     assert got == want
 
 
+def test_a_ddp_bucket_cap_given_makes_the_first_bucket_that_cap_too() -> None:
+    """torch 2.13: the 1 MiB first bucket only at DDP's default bucket_cap_mb."""
+    sizes = (600_000,) * 6  # bytes
+    fits = model.given(ALPHA, GBPS, 2)
+    default = by_name(predict(GradTensors("x", sizes), 2, fits))["ddp"]
+    assert default.buckets == [1_200_000, 2_400_000]  # 1 MiB first (closes at 2 tensors)
+    given = by_name(predict(GradTensors("x", sizes), 2, fits, ddp_bucket_mb=25))["ddp"]
+    assert given.buckets == [3_600_000]  # one 25 MiB cap for every bucket
+    params = [torch.empty(s // 4) for s in sizes]
+    indices, _ = torch.distributed._compute_bucket_assignment_by_size(
+        list(reversed(params)), [25 * MIB], [False] * len(params)
+    )
+    assert len(indices) == len(given.buckets)
+    assert "<= 25 MiB" in given.how and "1 MiB first" in default.how
+
+
 def test_nothing_to_predict_is_one_clear_error() -> None:
     fits = model.given(ALPHA, GBPS, 2)
     with pytest.raises(ConfigError, match="at least 2 ranks"):
         predict(GradTensors("x", (4,)), 1, fits)
     with pytest.raises(ConfigError, match="no trainable"):
         predict(GradTensors("x", ()), 2, fits)
+    with pytest.raises(ConfigError, match="no fit for broadcast .it stands in for gather"):
+        predict(
+            GradTensors("x", (4,)),
+            2,
+            {"all_reduce": fits["all_reduce"]},
+            strategies=["gather-scatter"],
+        )
     with pytest.raises(ConfigError, match="no fit for all_gather"):
         predict(GradTensors("x", (4,)), 2, {"all_reduce": fits["all_reduce"]}, strategies=["fsdp"])
     with pytest.raises(ValueError):

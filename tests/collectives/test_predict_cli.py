@@ -39,10 +39,20 @@ def test_latency_units(text: str, s: float) -> None:
     assert parse_latency(text) == pytest.approx(s)
 
 
-@pytest.mark.parametrize("text", ["900", "fast", "9GB", "-1GB/s", "0GB/s", "1e400GB/s"])
-def test_bad_bandwidths_are_refused(text: str) -> None:
-    with pytest.raises(ConfigError):
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [("900", "bad bandwidth"), ("fast", "bad bandwidth"), ("9GB", "bad bandwidth"),
+     ("-1GB/s", "bad bandwidth"), ("0GB/s", "out of range"), ("1e400GB/s", "out of range"),
+     ("1e-320GB/s", "out of range"), ("1Gib/s", "unit Gib/s is not one of"),
+     ("1TiB/s", "unit TiB/s is not one of")],
+)  # fmt: skip
+def test_bad_bandwidths_are_refused(text: str, needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle):
         parse_bandwidth(text)
+
+
+def test_bits_per_second_up_to_terabits() -> None:
+    assert parse_bandwidth("1Tb/s") == pytest.approx(125.0)
 
 
 def test_the_issue_command_predicts_bert_base_on_8_ranks(capsys) -> None:
@@ -61,10 +71,40 @@ def test_the_issue_command_predicts_bert_base_on_8_ranks(capsys) -> None:
 
 
 def test_an_interconnect_by_name_and_an_override(capsys) -> None:
-    code, out, _ = run(capsys, "--world", "4", "--interconnect", "PCIe4-x16")
-    assert code == 0 and "PCIe 4.0 x16" in out and "31.5 GB/s" in out
+    for spelling in ("PCIe4-x16", "PCIe4 x16", "pcie4_x16"):  # the issue writes "PCIe4 x16"
+        code, out, _ = run(capsys, "--world", "4", "--interconnect", spelling)
+        assert code == 0 and "PCIe 4.0 x16" in out and "31.5 GB/s" in out
     code, out, _ = run(capsys, "--world", "4", "--interconnect", "ib-400g", "--latency", "1us")
     assert code == 0 and "α = 1 µs" in out and "1/β = 50 GB/s" in out
+    assert "ib-400g's figures with --latency given" in out  # not "400 Gb/s ... NDR" alone
+    code, out, _ = run(capsys, "--interconnect", "nvlink", "--bandwidth", "900GB/s", "--json")
+    data = json.loads(out)
+    assert "450 GB/s" not in data["link"] and "1/β = 900 GB/s" in data["link"]
+
+
+def test_an_explicit_bucket_size_is_ddps_cap_too(capsys) -> None:
+    code, out, _ = run(capsys, "--interconnect", "nvlink4", "--bucket-mb", "50", "--json")
+    preds = {p["strategy"]: p for p in json.loads(out)["predictions"]}
+    assert "<= 50 MiB" in preds["ddp"]["how"] and "<= 50 MiB" in preds["allreduce-bucketed"]["how"]
+    code, out, _ = run(capsys, "--interconnect", "nvlink4", "--json")
+    assert "1 MiB first, then 25 MiB" in out
+
+
+def test_sweep_flags_are_refused_with_predict_and_predict_flags_without(capsys) -> None:
+    from trainscope.cli import build_parser
+    from trainscope.collectives.cli import SWEEP_DEFAULTS
+
+    args = build_parser().parse_args(["collectives"])
+    assert {k: getattr(args, k) for k in SWEEP_DEFAULTS} == SWEEP_DEFAULTS  # kept in step
+    code, _, err = run(capsys, "--interconnect", "nvlink4", "--nproc", "5", "--sizes", "0")
+    assert code in (1, 2) and "--nproc, --sizes belong to the sweep" in err
+    for flag in (["--grad-dtype", "bfloat16"], ["--json"], ["--bucket-mb", "3"]):
+        try:
+            code = main(["collectives", *flag, "--sizes", "0"])
+        except SystemExit as e:
+            code = e.code
+        err = capsys.readouterr().err
+        assert code in (1, 2) and "only mean something with --predict" in err, flag
 
 
 def _study(tmp_path: Path, n: int = 2) -> Path:
@@ -111,6 +151,8 @@ def test_fits_from_a_study_and_gradients_from_a_run(capsys, tmp_path: Path) -> N
         (["--interconnect", "nvlink4", "--run", "/nonexistent"], "nonexistent"),
         (["--fit", "/nonexistent"], "nonexistent"),
         (["--interconnect", "nvlink4", "--backward-ms", "-3"], "--backward-ms"),
+        (["--interconnect", "nvlink4", "--bucket-mb", "0"], "--bucket-mb"),
+        (["--interconnect", "nvlink4", "--bucket-mb", "1e12"], "--bucket-mb"),
         (["--latency", "5 parsecs", "--bandwidth", "1GB/s"], "bad latency"),
     ],
 )
@@ -119,3 +161,12 @@ def test_bad_input_is_one_line(capsys, flags: list[str], needle: str) -> None:
     lines = err.strip().splitlines()
     assert code in (1, 2) and len(lines) == 1 and needle in lines[0], err
     assert "Traceback" not in err and "internal" not in err
+
+
+def test_a_damaged_run_record_is_one_line(capsys, tmp_path: Path) -> None:
+    for bad in ([10**400], [-1], ["600"], [True], "600"):
+        run_dir = tmp_path / "run"
+        run_dir.mkdir(exist_ok=True)
+        (run_dir / "summary.json").write_text(json.dumps({"gradients": {"tensor_bytes": bad}}))
+        code, _, err = run(capsys, "--interconnect", "nvlink4", "--run", str(run_dir))
+        assert code in (1, 2) and "no usable gradient sizes" in err and "internal" not in err

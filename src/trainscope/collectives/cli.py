@@ -91,6 +91,7 @@ def main(args: argparse.Namespace) -> int:
     if args.predict:
         from trainscope.collectives import predict_cli
 
+        _no_sweep_flags(args)
         return predict_cli.main(args)
     _no_predict_flags(args)
     if under_torchrun():
@@ -102,11 +103,53 @@ def _no_predict_flags(args: argparse.Namespace) -> None:
     """A flag of --predict given to a sweep does nothing there: refused, not ignored."""
     from trainscope.errors import ConfigError
 
-    flags = ("world", "bandwidth", "latency", "interconnect", "fit", "model", "run", "backward_ms")
+    flags = (
+        "world",
+        "bandwidth",
+        "latency",
+        "interconnect",
+        "fit",
+        "model",
+        "run",
+        "backward_ms",
+        "grad_dtype",
+        "bucket_mb",
+    )
     given = [f"--{f.replace('_', '-')}" for f in flags if getattr(args, f) is not None]
+    given += ["--json"] * bool(args.json)
     if given:
         raise ConfigError(
             f"{', '.join(given)} only mean something with --predict (a sweep would ignore them)"
+        )
+
+
+# The sweep's flags and their defaults: given to --predict, which starts no process, they
+# would do nothing (refused, not ignored).
+SWEEP_DEFAULTS = {
+    "nproc": 2,
+    "backend": "auto",
+    "sizes": "1K:64M",
+    "ops": ",".join(OPS),
+    "repeats": 20,
+    "warmup": 5,
+    "out": None,
+    "overwrite": False,
+    "no_report": False,
+    "nnodes": 1,
+    "node_rank": 0,
+    "master_addr": "127.0.0.1",
+    "master_port": None,
+}
+
+
+def _no_sweep_flags(args: argparse.Namespace) -> None:
+    """A sweep flag given with --predict does nothing there: refused, not ignored."""
+    from trainscope.errors import ConfigError
+
+    given = [f"--{k.replace('_', '-')}" for k, v in SWEEP_DEFAULTS.items() if getattr(args, k) != v]
+    if given:
+        raise ConfigError(
+            f"{', '.join(given)} belong to the sweep; --predict starts no process (drop them)"
         )
 
 

@@ -46,6 +46,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+MAX_BYTES = float(1 << 50)
+"""Sizes above a pebibyte in a record are damage, not messages."""
+MAX_WORLD = 1 << 20
+"""World sizes above this in a record are damage (as --predict --world refuses them)."""
+
 ALGORITHMS = {
     "all_reduce": "ring",
     "reduce_scatter": "ring",
@@ -121,8 +126,10 @@ def fit_line(sizes: Sequence[float], times: Sequence[float]) -> tuple[float, flo
     pts = [(float(m), float(t)) for m, t in zip(sizes, times)]
     if not pts:
         raise ValueError("no points to fit")
-    if any(not (t > 0 and math.isfinite(t)) or not (m >= 0) for m, t in pts):
+    if any(not (t > 0 and math.isfinite(t)) for _, t in pts):
         raise ValueError("every time must be a positive finite number of seconds")
+    if any(not (0 <= m < MAX_BYTES) for m, _ in pts):
+        raise ValueError(f"every size must be a number of bytes in 0..{MAX_BYTES:g}")
     # Rows (1/t, m/t) · (a, b) ≈ 1: the 2x2 normal equations, solved directly.
     s11 = sum(1 / t**2 for _, t in pts)
     s12 = sum(m / t**2 for m, t in pts)
@@ -157,14 +164,27 @@ def fit_op(op: str, n: int, sizes: Sequence[float], times: Sequence[float]) -> F
     return Fit(op, alpha, beta, n, len(sizes), worst, ALGORITHMS[op])
 
 
-def mean_time(result: dict[str, Any]) -> Any:
+def real(value: Any, low: float = -math.inf, high: float = math.inf) -> float | None:
+    """``value`` as a finite float within [low, high], else None (text, bools, NaN,
+    infinities and integers too large for a float, as a tampered record may hold)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    try:
+        x = float(value)
+    except OverflowError:
+        return None
+    return x if math.isfinite(x) and low <= x <= high else None
+
+
+def mean_time(result: dict[str, Any]) -> float | None:
     """A result's mean seconds per call: its repeats' total over their number (``time_s``,
-    the median, for a result without its repeats)."""
+    the median, for a result without its repeats); None when neither is a finite number."""
     times = result.get("times_s")
-    ok = isinstance(times, list) and times
-    if ok and all(isinstance(t, (int, float)) and not isinstance(t, bool) for t in times):
-        return sum(times) / len(times)
-    return result.get("time_s")
+    if isinstance(times, list) and times:
+        values = [real(t, 0.0) for t in times]
+        if all(v is not None for v in values):
+            return sum(values) / len(values)  # type: ignore[arg-type]
+    return real(result.get("time_s"), 0.0)
 
 
 def fit_sweep(results: Iterable[Any]) -> dict[str, Fit]:
@@ -175,10 +195,10 @@ def fit_sweep(results: Iterable[Any]) -> dict[str, Fit]:
     for r in results:
         if not isinstance(r, dict) or r.get("wrong"):
             continue
-        op, m, t, n = r.get("op"), r.get("bytes"), mean_time(r), r.get("world_size")
-        ok = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (m, t, n))
-        if op in ALGORITHMS and ok and t > 0 and math.isfinite(t) and n >= 2:
-            by_op.setdefault(op, []).append((float(m), float(t), int(n)))
+        op, t = r.get("op"), mean_time(r)
+        m, n = real(r.get("bytes"), 0, MAX_BYTES), real(r.get("world_size"), 2, MAX_WORLD)
+        if op in ALGORITHMS and t and m is not None and n is not None and n.is_integer():
+            by_op.setdefault(op, []).append((m, t, int(n)))
     fits = {}
     for op, pts in by_op.items():
         worlds = {n for _, _, n in pts}
@@ -210,19 +230,20 @@ def fits_from_dict(data: Any) -> dict[str, Fit]:
     for op, d in data.items():
         if op not in ALGORITHMS or not isinstance(d, dict):
             continue
-        try:
-            out[op] = Fit(
-                op,
-                float(d["alpha_s"]),
-                float(d["beta_s_per_byte"]),
-                int(d["world_size"]),
-                int(d["points"]),
-                float(d["max_rel_error"]),
-                ALGORITHMS[op],
-                str(d.get("source", "fitted")),
-            )
-        except (KeyError, TypeError, ValueError):
-            continue
-        if not all(math.isfinite(v) and v >= 0 for v in (out[op].alpha_s, out[op].beta_s_per_byte)):
-            del out[op]
+        alpha, beta = real(d.get("alpha_s"), 0.0, 1e3), real(d.get("beta_s_per_byte"), 0.0, 1.0)
+        world, points = real(d.get("world_size"), 2, MAX_WORLD), real(d.get("points"), 0, 1e9)
+        error = real(d.get("max_rel_error"), 0.0)
+        if None in (alpha, beta, world, points, error) or not (world.is_integer()):  # type: ignore[union-attr]
+            continue  # a damaged entry: dropped, never trusted
+        source = d.get("source")
+        out[op] = Fit(
+            op,
+            alpha,  # type: ignore[arg-type]
+            beta,  # type: ignore[arg-type]
+            int(world),  # type: ignore[arg-type]
+            int(points),  # type: ignore[arg-type]
+            error,  # type: ignore[arg-type]
+            ALGORITHMS[op],
+            source if source in ("fitted", "given") else "fitted",
+        )
     return out

@@ -10,12 +10,13 @@ FSDP, its units (the blocks it shards one by one, and the root). For each strate
 - **allreduce, bucketed**: the tensors flattened into buckets of at most ``bucket_mb``
   (closed when full, in reverse registration order as DDP does), one all_reduce each;
   the copies into and out of the buckets are not modelled;
-- **ddp**: DDP's buckets (the first ``first_bucket_mb``, then ``bucket_mb``; reverse
-  registration order, closed when a tensor takes them to the cap, as
-  ``torch.distributed._compute_bucket_assignment_by_size`` does), each all-reduced when
-  backward has produced it. With backward's time B given, the gradients are taken to
-  become ready at a uniform rate (in bytes) through backward and the buckets go out one at
-  a time: the *exposed* part is what is left after backward ends;
+- **ddp**: DDP's buckets (reverse registration order, closed when a tensor takes them to
+  the cap, as ``torch.distributed._compute_bucket_assignment_by_size`` does; with DDP's
+  default ``bucket_cap_mb`` the first bucket is 1 MiB and the rest 25 MiB, with a
+  ``ddp_bucket_mb`` given every bucket has that cap, as torch 2.13 builds them), each
+  all-reduced when backward has produced it. With backward's time B given, the gradients
+  are taken to become ready at a uniform rate (in bytes) through backward and the buckets
+  go out one at a time: the *exposed* part is what is left after backward ends;
 - **fsdp** (FULL_SHARD, one unit per block plus the root): every unit's parameters are
   all-gathered in forward and again in backward, its gradients reduce-scattered:
   3(n-1)/n of the model per rank where DDP moves 2(n-1)/n. FSDP prefetches to overlap
@@ -31,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainscope.collectives.model import Fit, fit_for
+from trainscope.collectives.model import STAND_IN, Fit, fit_for
 from trainscope.errors import ConfigError
 
 MIB = 1 << 20
@@ -108,7 +109,13 @@ def buckets(sizes: Sequence[int], caps_bytes: Sequence[float]) -> list[int]:
 def _time(fits: dict[str, Fit], op: str, nbytes: float, n: int) -> float:
     fit = fit_for(fits, op)
     if fit is None:
-        raise ConfigError(f"the cost model has no fit for {op}: include it in the sweep")
+        stand_in = STAND_IN.get(op)
+        if stand_in:
+            raise ConfigError(
+                f"the cost model has no fit for {stand_in} (it stands in for {op}, which the "
+                f"sweep does not time): include {stand_in} in the sweep's --ops"
+            )
+        raise ConfigError(f"the cost model has no fit for {op}: include it in the sweep's --ops")
     return fit.time(op, nbytes, n)
 
 
@@ -131,11 +138,14 @@ def predict(
     fits: dict[str, Fit],
     *,
     bucket_mb: float = DDP_BUCKET_MB,
-    first_bucket_mb: float = DDP_FIRST_BUCKET_MB,
+    ddp_bucket_mb: float | None = None,
     backward_s: float | None = None,
     strategies: Sequence[str] = STRATEGIES,
 ) -> list[Prediction]:
-    """The predicted communication of each strategy for one step on ``n`` ranks."""
+    """The predicted communication of each strategy for one step on ``n`` ranks:
+    ``bucket_mb`` is the hand-bucketed allreduce's cap, ``ddp_bucket_mb`` DDP's
+    ``bucket_cap_mb`` (None: DDP's default, a 1 MiB first bucket then 25 MiB). A strategy
+    whose op has no fit raises ConfigError."""
     if n < 2:
         raise ConfigError(f"communication needs at least 2 ranks, not {n}")
     if not grads.sizes:
@@ -185,7 +195,10 @@ def predict(
                 )
             )
         elif name == "ddp":
-            bs = buckets(rev, [first_bucket_mb * MIB, bucket_mb * MIB])
+            caps = (
+                [DDP_FIRST_BUCKET_MB, DDP_BUCKET_MB] if ddp_bucket_mb is None else [ddp_bucket_mb]
+            )
+            bs = buckets(rev, [c * MIB for c in caps])
             times = [_time(fits, "all_reduce", b, n) for b in bs]
             exposed = None if backward_s is None else _ddp_exposed(bs, times, backward_s)
             out.append(
@@ -195,8 +208,13 @@ def predict(
                     2 * f * g,
                     sum(times),
                     exposed,
-                    f"{len(bs)} bucket(s) ({first_bucket_mb:g} MiB first, then "
-                    f"{bucket_mb:g} MiB), all-reduced during backward"
+                    f"{len(bs)} bucket(s) ("
+                    + (
+                        f"{caps[0]:g} MiB first, then {caps[1]:g} MiB"
+                        if len(caps) == 2
+                        else f"<= {caps[0]:g} MiB"
+                    )
+                    + "), all-reduced during backward"
                     + ("" if backward_s is not None else "; exposed part needs backward's time"),
                     bs,
                 )

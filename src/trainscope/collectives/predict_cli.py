@@ -20,6 +20,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from trainscope.collectives.model import MAX_WORLD
 from trainscope.errors import ConfigError
 
 # name -> (per-direction GB/s, latency s, what the figures are)
@@ -37,12 +38,19 @@ ALIASES = {
     "400g-ib": "ib-400g",
     "edr": "ib-100g",
     "ndr": "ib-400g",
+    "100gb-infiniband": "ib-100g",
+    "400gb-infiniband": "ib-400g",
+    "infiniband-100g": "ib-100g",
+    "infiniband-400g": "ib-400g",
+    "ib-100": "ib-100g",
+    "ib-400": "ib-400g",
 }
-MAX_WORLD = 1 << 20
+MIN_GBPS = 1e-6  # 1 kB/s: slower is a typo, and times past it overflow nothing useful
+MAX_GRAD_BYTES = 1 << 50  # a gradient above a pebibyte in a record is damage
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 _NUM = r"(\d+(?:\.\d*)?|\.\d+)(?:e([+-]?\d+))?"
-_BW_UNITS = {"b/s": 1 / 8, "kb/s": 1e3 / 8, "mb/s": 1e6 / 8, "gb/s": 1e9 / 8}
+_BW_UNITS = {"b/s": 1 / 8, "kb/s": 1e3 / 8, "mb/s": 1e6 / 8, "gb/s": 1e9 / 8, "tb/s": 1e12 / 8}
 _BYTE_UNITS = {"b/s": 1.0, "kb/s": 1e3, "mb/s": 1e6, "gb/s": 1e9, "tb/s": 1e12}
 _BYTE_UNITS.update({"kib/s": 1024.0, "mib/s": 1024.0**2, "gib/s": 1024.0**3})
 _TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
@@ -65,13 +73,17 @@ def parse_bandwidth(text: str) -> float:
         )
     unit = m.group(3)
     # Case carries the meaning here: B is bytes, b is bits.
-    if unit.endswith("B/s"):
-        scale = _BYTE_UNITS.get(unit.lower())
-    else:
-        scale = _BW_UNITS.get(unit.lower())
-    value = _number(m) * (scale or 0) / 1e9
-    if not scale or not 0 < value < 1e6:
-        raise ConfigError(f"bandwidth {text!r} is out of range (above 0, below 1 PB/s)")
+    table = _BYTE_UNITS if unit.endswith("B/s") else _BW_UNITS
+    scale = table.get(unit.lower())
+    if scale is None:
+        raise ConfigError(
+            f"bandwidth {text!r}: unit {unit} is not one of "
+            "B/s, kB/s, MB/s, GB/s, TB/s, KiB/s, MiB/s, GiB/s (bytes) or b/s, kb/s, Mb/s, "
+            "Gb/s, Tb/s (bits)"
+        )
+    value = _number(m) * scale / 1e9
+    if not MIN_GBPS <= value < 1e6:
+        raise ConfigError(f"bandwidth {text!r} is out of range (1 kB/s to 1 PB/s)")
     return value
 
 
@@ -105,12 +117,28 @@ def add_flags(p: argparse.ArgumentParser) -> None:
         "--model", default=None, metavar="NAME", help="gradients of an architecture (bert-base)"
     )
     g.add_argument("--run", metavar="DIR", help="gradients of a trainscope run's record")
-    g.add_argument("--grad-dtype", choices=tuple(DTYPE_BYTES), default="float32", help="(float32)")
-    g.add_argument("--bucket-mb", type=float, default=25.0, metavar="MB", help="(25)")
+    g.add_argument("--grad-dtype", choices=tuple(DTYPE_BYTES), help="gradients' dtype (float32)")
+    g.add_argument(
+        "--bucket-mb",
+        type=float,
+        metavar="MB",
+        help="bucket cap of allreduce-bucketed and DDP (default 25; DDP's first bucket is "
+        "1 MiB only at its default, as in torch)",
+    )
     g.add_argument(
         "--backward-ms", type=float, metavar="MS", help="backward's time: DDP's exposed part"
     )
     g.add_argument("--json", action="store_true", help="print the prediction as JSON")
+
+
+def interconnect_key(name: str) -> str:
+    """``"PCIe4 x16"``, ``"pcie4_x16"``, ``"NVLink4"`` ... -> the key of :data:`INTERCONNECTS`
+    (case, spaces and underscores do not matter); ConfigError for an unknown one."""
+    text = re.sub(r"[\s_]+", "-", name.strip().lower())
+    key = ALIASES.get(text, text)
+    if key not in INTERCONNECTS:
+        raise ConfigError(f"unknown interconnect {name!r}: choose {', '.join(INTERCONNECTS)}")
+    return key
 
 
 def link_fits(args: argparse.Namespace, world: int) -> tuple[dict[str, Any], str]:
@@ -127,12 +155,12 @@ def link_fits(args: argparse.Namespace, world: int) -> tuple[dict[str, Any], str
     bw = lat = None
     where = "given"
     if args.interconnect:
-        key = ALIASES.get(args.interconnect.lower(), args.interconnect.lower())
-        if key not in INTERCONNECTS:
-            raise ConfigError(
-                f"unknown interconnect {args.interconnect!r}: choose {', '.join(INTERCONNECTS)}"
-            )
+        key = interconnect_key(args.interconnect)
         bw, lat, where = INTERCONNECTS[key]
+        if args.bandwidth or args.latency:  # the named figures no longer all hold
+            where = f"{key}'s figures with " + " and ".join(
+                f"--{f} given" for f in ("bandwidth", "latency") if getattr(args, f)
+            )
     if args.bandwidth:
         bw = parse_bandwidth(args.bandwidth)
     if args.latency:
@@ -173,7 +201,8 @@ def gradients(args: argparse.Namespace) -> Any:
     """The gradient tensors to predict for: --run's record, else --model's shapes."""
     from trainscope.collectives.predict import GradTensors
 
-    size = DTYPE_BYTES[args.grad_dtype]
+    dtype = args.grad_dtype or "float32"
+    size = DTYPE_BYTES[dtype]
     if args.run:
         if args.model:
             raise ConfigError("give --model or --run, not both")
@@ -184,10 +213,14 @@ def gradients(args: argparse.Namespace) -> Any:
     arch = named(args.model or "bert-base")
     flat, units = tensor_numels(arch)
     return GradTensors(
-        f"{arch.name} ({sum(flat) / 1e6:.1f}M parameters, {len(flat)} tensors, {args.grad_dtype})",
+        f"{arch.name} ({sum(flat) / 1e6:.1f}M parameters, {len(flat)} tensors, {dtype})",
         tuple(size * t for t in flat),
         tuple(size * sum(u) for u in units if u),
     )
+
+
+def _byte_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_GRAD_BYTES
 
 
 def run_gradients(run_dir: Path) -> Any:
@@ -198,10 +231,12 @@ def run_gradients(run_dir: Path) -> Any:
     summary = read_json_object(run_dir / "summary.json")
     g = summary.get("gradients") if isinstance(summary, dict) else None
     sizes = g.get("tensor_bytes") if isinstance(g, dict) else None
-    if not isinstance(sizes, list) or not all(isinstance(s, int) and s >= 0 for s in sizes):
-        raise ConfigError(f"{run_dir}: its summary records no gradient sizes (an older run?)")
+    if not isinstance(sizes, list) or not all(_byte_count(s) for s in sizes):
+        raise ConfigError(
+            f"{run_dir}: its summary records no usable gradient sizes (an older run, or damaged)"
+        )
     units = g.get("unit_bytes")
-    ok = isinstance(units, list) and all(isinstance(u, int) and u >= 0 for u in units)
+    ok = isinstance(units, list) and all(_byte_count(u) for u in units)
     return GradTensors(
         f"{summary.get('model', 'the model')} of {run_dir.name} ({len(sizes)} tensors)",
         tuple(sizes),
@@ -221,13 +256,24 @@ def main(args: argparse.Namespace) -> int:
     world = 8 if world is None else world
     if not 2 <= world <= MAX_WORLD:
         raise ConfigError(f"--world must be in 2..{MAX_WORLD}, got {world}")
-    for flag, v in (("--bucket-mb", args.bucket_mb), ("--backward-ms", args.backward_ms)):
-        if v is not None and not 0 < v < 1e9:
-            raise ConfigError(f"{flag} must be a positive number, got {v}")
+    from trainscope.config import MAX_BUCKET_MB
+    from trainscope.config_checks import need_number
+
+    if args.bucket_mb is not None:
+        need_number("--bucket-mb", args.bucket_mb, low=0.0, low_open=True, high=MAX_BUCKET_MB)
+    if args.backward_ms is not None:
+        need_number("--backward-ms", args.backward_ms, low=0.0, high=1e9)
     fits, where = link_fits(args, world)
     grads = gradients(args)
     backward = None if args.backward_ms is None else args.backward_ms / 1e3
-    preds = predict(grads, world, fits, bucket_mb=args.bucket_mb, backward_s=backward)
+    preds = predict(
+        grads,
+        world,
+        fits,
+        bucket_mb=25.0 if args.bucket_mb is None else args.bucket_mb,
+        ddp_bucket_mb=args.bucket_mb,  # None: DDP's own default (1 MiB first, then 25)
+        backward_s=backward,
+    )
     if args.json:  # for scripts: strict JSON on stdout, nothing else
         data = {
             "world_size": world,

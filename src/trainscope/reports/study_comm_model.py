@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainscope.collectives.model import real
+from trainscope.errors import ConfigError
 from trainscope.records.study_dir import StudyRecord
 from trainscope.reports.document import Document, escape_inline
 from trainscope.reports.section import Section
@@ -28,15 +30,39 @@ from trainscope.reports.tables import MISSING, Table
 from trainscope.spread import Spread, spread
 
 HAND_WRITTEN = ("gather-scatter", "allreduce", "allreduce-bucketed")
+STRATEGIES = (*HAND_WRITTEN, "ddp", "fsdp")
 GOAL = 0.15  # the issue's: within 15% of measured for the non-overlapped strategies
 
 
 def _per_step_ms(summary: dict[str, Any], *stages: str) -> float | None:
-    steps, secs = summary.get("steps"), summary.get("stages_s") or {}
-    vals = [secs.get(s) for s in stages]
-    if not steps or not all(isinstance(v, (int, float)) for v in vals):
+    steps, secs = real(summary.get("steps"), 1.0), summary.get("stages_s")
+    vals = [real(secs.get(s), 0.0) for s in stages] if isinstance(secs, dict) else [None]
+    if steps is None or None in vals:
         return None
     return 1e3 * sum(vals) / steps  # type: ignore[arg-type]
+
+
+def _bucket_mb(value: Any) -> float:
+    """The plan's bucket size; 25 MiB for anything that is not a positive number."""
+    from trainscope.config import MAX_BUCKET_MB
+
+    x = real(value, 0.0, MAX_BUCKET_MB)
+    return x if x else 25.0
+
+
+def _fit_notes(model: dict[str, Any], nproc: int, options: dict[str, Any]) -> list[str]:
+    """Where the fits may not carry over: another world size, another backend."""
+    notes = []
+    world, backend = model.get("world_size"), model.get("backend")
+    if isinstance(world, int) and world != nproc:
+        notes.append(
+            f"the sweep ran on {world} processes, the study on {nproc}: α and β carry over "
+            "only as far as the link per message stays the same"
+        )
+    device = str(options.get("device", ""))
+    if isinstance(backend, str) and (backend == "nccl") != device.startswith("cuda"):
+        notes.append(f"the sweep used {backend}, the study ran on {device}: the fits may not apply")
+    return notes
 
 
 def _grads(summaries: list[dict[str, Any]]) -> Any:
@@ -83,22 +109,22 @@ def comm_model_section(study: StudyRecord, doc: Document, section: Section) -> N
         return spread(_per_step_ms(s, *stages) for s in summ.get(name, []))
 
     backward = med("allreduce", "backward")
-    bucket_mb = options.get("bucket_mb", 25.0)
-    preds = {
-        p.strategy: p
-        for p in predict(
-            grads,
-            nproc,
-            fits,
-            bucket_mb=bucket_mb if isinstance(bucket_mb, (int, float)) else 25.0,
-            backward_s=None if backward.median is None else backward.median / 1e3,
-        )
-    }
+    bucket_mb, notes = _bucket_mb(options.get("bucket_mb")), _fit_notes(model, nproc, options)
+    preds: dict[str, Any] = {}
+    for name in [n for n in summ if n in STRATEGIES]:
+        try:  # one strategy's missing fit must not take the others (or the report) down
+            (preds[name],) = predict(
+                grads,
+                nproc,
+                fits,
+                bucket_mb=bucket_mb,
+                backward_s=None if backward.median is None else backward.median / 1e3,
+                strategies=[name],
+            )
+        except ConfigError as e:
+            notes.append(f"{name}: no prediction ({e})")
     rows, checks = [], []
-    for name in [n for n in summ if n in preds or n == "ddp-1proc"]:
-        p = preds.get(name)
-        if p is None:
-            continue
+    for name, p in preds.items():
         if name in HAND_WRITTEN:
             measured = med(name, "comm")
             what = "comm stage"
@@ -110,9 +136,10 @@ def comm_model_section(study: StudyRecord, doc: Document, section: Section) -> N
                 med(name, "forward", "backward"), med("allreduce", "forward", "backward")
             )
             what = "(fwd+bwd)(fsdp) - (fwd+bwd)(allreduce)"
-        predicted = p.comm_s * 1e3 if name in HAND_WRITTEN else p.exposed_s
-        if predicted is not None and name not in HAND_WRITTEN:
-            predicted *= 1e3
+        # Exposed: everything for the strategies that overlap nothing (and for FSDP, whose
+        # overlap the model leaves out); DDP's from its overlap model.
+        exposed = p.comm_s if p.exposed_s is None and name == "fsdp" else p.exposed_s
+        predicted = None if exposed is None else exposed * 1e3
         ratio = (
             predicted / measured.median
             if predicted is not None and measured.median and measured.median > 0
@@ -143,7 +170,7 @@ def comm_model_section(study: StudyRecord, doc: Document, section: Section) -> N
         ],
         rows,
         f"Communication per optimizer step on {nproc} processes: the α–β model's prediction "
-        f"({escape_inline(str(model.get('source', 'a collectives study')))}) from the "
+        f"({model.get('source', 'a collectives study')}) from the "
         "gradients the runs recorded, beside what was measured (median and spread over "
         "repeats, rank 0). Exposed: the part not hidden behind compute; for the hand-written "
         "strategies all of it. DDP's predicted exposed part takes backward's time from the "
@@ -154,6 +181,8 @@ def comm_model_section(study: StudyRecord, doc: Document, section: Section) -> N
     )
     section.tables["comm_model"] = table
     doc.table(table)
+    if notes:
+        doc.bullets([escape_inline(n) for n in notes])
     for text in _verdicts(checks, preds, summ, med):
         section.findings.append(text)
         doc.paragraph(escape_inline(text))
@@ -181,7 +210,7 @@ def _verdicts(
             + ", ".join(f"{n} {r:.2f}x" for n, r in checks)
             + ")."
         )
-    ranked = [n for n in HAND_WRITTEN if n in summ and med(n, "comm").median is not None]
+    ranked = [n for n in HAND_WRITTEN if n in preds and med(n, "comm").median is not None]
     if len(ranked) >= 2:
         measured = sorted(ranked, key=lambda n: med(n, "comm").median)
         predicted = sorted(ranked, key=lambda n: preds[n].comm_s)

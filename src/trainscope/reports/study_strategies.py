@@ -40,11 +40,11 @@ COMM_PLACE = {
 
 def _per_iter_ms(summary: dict[str, Any], stage: str | None = None) -> float | None:
     steps = summary.get("steps")
-    if not steps:
-        return None
-    secs = summary.get("train_time_s") if stage is None else (summary.get("stages_s") or {})
+    if not isinstance(steps, (int, float)) or isinstance(steps, bool) or not steps > 0:
+        return None  # absent, or a damaged record's text
+    secs = summary.get("train_time_s") if stage is None else summary.get("stages_s")
     if stage is not None:
-        secs = secs.get(stage)  # type: ignore[union-attr]
+        secs = secs.get(stage) if isinstance(secs, dict) else None
     return 1e3 * secs / steps if isinstance(secs, (int, float)) else None
 
 
