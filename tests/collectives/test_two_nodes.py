@@ -4,15 +4,12 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.strategies.test_two_nodes import stop, tail
+from tests.strategies.test_two_nodes import run_nodes
 from trainscope.runtime.dist import free_port
 
 WAIT_S = 180
@@ -21,29 +18,15 @@ WAIT_S = 180
 @pytest.mark.timeout(WAIT_S + 60)
 def test_a_sweep_across_two_nodes_of_one_process_each(tmp_path: Path) -> None:
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    procs: list[subprocess.Popen[bytes]] = []
-    logs: list[Path] = []
     outs = [tmp_path / "node0-study", tmp_path / "node1-study"]
-    try:
-        for node in range(2):
-            log = tmp_path / f"node{node}.log"
-            logs.append(log)
-            argv = [sys.executable, "-m", "trainscope.cli", "collectives", "--nproc", "1"]
-            argv += ["--nnodes", "2", "--node-rank", str(node), "--master-port", str(port)]
-            argv += ["--sizes", "1K,64K", "--ops", "all_reduce,all_gather", "--repeats", "3"]
-            argv += ["--warmup", "1", "--no-report", "--out", str(outs[node])]
-            with log.open("wb") as f:
-                procs.append(
-                    subprocess.Popen(
-                        argv, stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True
-                    )
-                )
-        deadline = time.monotonic() + WAIT_S
-        codes = [p.wait(timeout=max(deadline - time.monotonic(), 1)) for p in procs]
-        assert codes == [0, 0], "\n".join(f"--- {p.name}\n{tail(p)}" for p in logs)
-    finally:
-        stop(procs)
+    argvs = []
+    for node in range(2):
+        argv = [sys.executable, "-m", "trainscope.cli", "collectives", "--nproc", "1"]
+        argv += ["--nnodes", "2", "--node-rank", str(node), "--master-port", str(port)]
+        argv += ["--sizes", "1K,64K", "--ops", "all_reduce,all_gather", "--repeats", "3"]
+        argv += ["--warmup", "1", "--no-report", "--out", str(outs[node])]
+        argvs.append(argv)
+    logs = run_nodes(argvs, tmp_path, WAIT_S)
     data = json.loads((outs[0] / "study.json").read_text())
     assert data["status"] == "completed" and data["done"] == 4
     assert data["options"]["world_size"] == 2 and data["options"]["nnodes"] == 2

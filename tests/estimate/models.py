@@ -31,3 +31,21 @@ def hf_classifier(arch: archs.Arch) -> Any:
         else transformers.RobertaForSequenceClassification
     )
     return lambda: cls(config)
+
+
+def gpt_builder(arch: archs.Arch, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A function building trainscope's GPT of ``arch`` (its memory guard lifted: on the
+    meta device nothing is allocated)."""
+    from trainscope.workloads.gpt import GPT, GPTConfig
+
+    monkeypatch.setattr("trainscope.workloads.gpt.memory_budget_bytes", lambda: 1 << 60)
+    cfg = GPTConfig(
+        vocab_size=arch.vocab,
+        block_size=arch.positions,
+        n_layer=arch.layers,
+        n_head=arch.heads,
+        n_embd=arch.hidden,
+        dropout=0.1,
+        bias=arch.bias,
+    )
+    return lambda: GPT(cfg)

@@ -12,7 +12,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from tests.estimate.meter import meter_step
-from tests.estimate.models import hf_classifier
+from tests.estimate.models import gpt_builder, hf_classifier
 from trainscope.config import WorkloadConfig
 from trainscope.estimate import archs
 from trainscope.estimate.core import Setup, counts_of, estimate
@@ -115,18 +115,7 @@ def _meta_count(build: Any) -> tuple[int, int, int]:
 @pytest.mark.parametrize("name", ["gpt2-small", "gpt2-medium", "gpt2-xl"])
 def test_gpt2_counts_match_the_model(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     arch = archs.named(name)
-    # The host-memory guard of GPTConfig is about allocating; on the meta device nothing is.
-    monkeypatch.setattr("trainscope.workloads.gpt.memory_budget_bytes", lambda: 1 << 60)
-    cfg = GPTConfig(
-        vocab_size=arch.vocab,
-        block_size=arch.positions,
-        n_layer=arch.layers,
-        n_head=arch.heads,
-        n_embd=arch.hidden,
-        dropout=0.1,
-        bias=True,
-    )
-    total, tensors, _ = _meta_count(lambda: GPT(cfg))
+    total, tensors, _ = _meta_count(gpt_builder(arch, monkeypatch))
     pc = archs.param_counts(arch)
     assert (pc.total, pc.tensors) == (total, tensors)
     assert name != "gpt2-xl" or pc.total == 1_557_611_200  # GPT-2's "1.5B"

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.estimate.models import hf_classifier
+from tests.estimate.models import gpt_builder, hf_classifier
 from trainscope.errors import ConfigError
 from trainscope.estimate import archs
 from trainscope.estimate.tensors import tensor_numels
@@ -28,20 +28,9 @@ def _check(arch: archs.Arch, module: torch.nn.Module, blocks: list[torch.nn.Modu
 
 
 def test_gpt_tensors_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
-    from trainscope.workloads.gpt import GPT, GPTConfig
-
-    monkeypatch.setattr("trainscope.workloads.gpt.memory_budget_bytes", lambda: 1 << 60)
-    for name, bias in (("gpt2-small", True), ("gpt2-small", False)):
-        arch = archs.Arch(**{**archs.named(name).__dict__, "bias": bias})
-        cfg = GPTConfig(
-            vocab_size=arch.vocab,
-            block_size=arch.positions,
-            n_layer=arch.layers,
-            n_head=arch.heads,
-            n_embd=arch.hidden,
-            bias=bias,
-        )
-        model = _meta(lambda cfg=cfg: GPT(cfg))
+    for bias in (True, False):
+        arch = archs.Arch(**{**archs.named("gpt2-small").__dict__, "bias": bias})
+        model = _meta(gpt_builder(arch, monkeypatch))
         _check(arch, model, model_blocks(model))
 
 

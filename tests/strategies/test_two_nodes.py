@@ -45,33 +45,40 @@ def stop(procs: list[subprocess.Popen[bytes]]) -> None:
             p.wait()
 
 
-@pytest.mark.timeout(WAIT_S + 120)
-def test_two_nodes_of_one_process_each(tmp_path: Path) -> None:
-    single = tmp_path / "single"
-    run_cli(single)
-    out, port = tmp_path / "nodes", free_port()
+def run_nodes(argvs: list[list[str]], logs_dir: Path, wait_s: float) -> list[Path]:
+    """Start one command per node, each in a session of its own (so ``stop`` can end its
+    torchrun and workers too), wait for all to exit 0 within ``wait_s``; their logs."""
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     procs: list[subprocess.Popen[bytes]] = []
-    logs: list[Path] = []
+    logs = [logs_dir / f"node{node}.log" for node in range(len(argvs))]
     try:
-        for node in range(NODES):
-            log = tmp_path / f"node{node}.log"
-            logs.append(log)
-            argv = [sys.executable, "-m", "trainscope.cli", *COMMON]
-            argv += ["--strategy", "allreduce", "--nnodes", str(NODES), "--node-rank", str(node)]
-            argv += ["--master-addr", "127.0.0.1", "--master-port", str(port), "--out", str(out)]
+        for argv, log in zip(argvs, logs):
             with log.open("wb") as f:
-                # A session of its own: the finally below can end torchrun and its workers too.
                 procs.append(
                     subprocess.Popen(
                         argv, stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True
                     )
                 )
-        deadline = time.monotonic() + WAIT_S
+        deadline = time.monotonic() + wait_s
         codes = [p.wait(timeout=max(deadline - time.monotonic(), 1)) for p in procs]
-        assert codes == [0] * NODES, "\n".join(f"--- {p.name}\n{tail(p)}" for p in logs)
+        assert codes == [0] * len(argvs), "\n".join(f"--- {p.name}\n{tail(p)}" for p in logs)
     finally:
         stop(procs)
+    return logs
+
+
+@pytest.mark.timeout(WAIT_S + 120)
+def test_two_nodes_of_one_process_each(tmp_path: Path) -> None:
+    single = tmp_path / "single"
+    run_cli(single)
+    out, port = tmp_path / "nodes", free_port()
+    argvs = []
+    for node in range(NODES):
+        argv = [sys.executable, "-m", "trainscope.cli", *COMMON]
+        argv += ["--strategy", "allreduce", "--nnodes", str(NODES), "--node-rank", str(node)]
+        argv += ["--master-addr", "127.0.0.1", "--master-port", str(port), "--out", str(out)]
+        argvs.append(argv)
+    run_nodes(argvs, tmp_path, WAIT_S)
 
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "completed"
