@@ -31,7 +31,10 @@ DESCRIPTION = (
     "all_reduce and reduce_scatter + all_gather = all_reduce; then time every op at every "
     "message size: the slowest rank's time (median and spread over repeats), algbw, busbw "
     "(nccl-tests' factors) and wrong output elements. Recorded as a study directory "
-    "(rerun with the same --out to resume) with a report (busbw-vs-size plot, tables)."
+    "(rerun with the same --out to resume) with a report (busbw-vs-size plot, tables) and "
+    "the α–β (latency-bandwidth) fit of every op. With --predict no process starts: the "
+    "model predicts each training strategy's gradient communication per step for a given "
+    "link, world size and model (docs/collectives.md)."
 )
 
 
