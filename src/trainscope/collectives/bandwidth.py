@@ -52,6 +52,7 @@ from trainscope.collectives.semantics import (
     group_info,
     reduce_scatter_single,
 )
+from trainscope.collectives.tables import size_text as format_size
 from trainscope.errors import ConfigError
 from trainscope.runtime.dist import gather_objects
 from trainscope.spread import spread
@@ -134,14 +135,6 @@ def parse_sizes(text: str) -> list[int]:
     if len(sizes) > MAX_SIZES:
         raise ConfigError(f"{text!r} gives more than {MAX_SIZES} message sizes; narrow the range")
     return sizes
-
-
-def format_size(size: int) -> str:
-    """1024 -> ``"1K"``, 67108864 -> ``"64M"``, 1000 -> ``"1000"`` (inverse of parse_size)."""
-    for unit in ("G", "M", "K"):
-        if size >= _UNITS[unit] and size % _UNITS[unit] == 0:
-            return f"{size // _UNITS[unit]}{unit}"
-    return str(size)
 
 
 def op_count(op: str, size: int, n: int, element_size: int) -> int:

@@ -33,6 +33,9 @@ from typing import Any
 
 import torch
 
+# One formatting of example values for the console and the torch-free report alike.
+from trainscope.collectives.tables import letter  # noqa: F401 (re-exported)
+from trainscope.collectives.tables import value_text as format_value
 from trainscope.runtime.dist import DistInfo, gather_objects
 
 OPS = ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all")
@@ -87,29 +90,6 @@ def expected_values(op: str, rank: int, world: int, root: int = 0) -> list[int] 
     if op == "reduce_scatter":
         return [n * (n + rank)]  # sum of 2r+rank+1 over r = n(n-1) + n(rank+1)
     return [r * n + rank for r in range(n)]  # all_to_all: column `rank` of the matrix
-
-
-def letter(code: int) -> str:
-    """1 -> A, 26 -> Z, 27 -> AA (spreadsheet columns); 0 or less -> ``·`` (empty)."""
-    if code <= 0:
-        return "·"
-    out = ""
-    while code > 0:
-        code, rem = divmod(code - 1, 26)
-        out = chr(ord("A") + rem) + out
-    return out
-
-
-def format_value(values: Sequence[float] | None, letters: bool = False) -> str:
-    """``[3]`` -> ``"3"``, ``[1, 2]`` -> ``"[1, 2]"``; letters when asked; None -> ``"—"``."""
-    if values is None:
-        return "—"
-    shown = [letter(int(v)) if letters else _number(v) for v in values]
-    return shown[0] if len(shown) == 1 else "[" + ", ".join(shown) + "]"
-
-
-def _number(v: float) -> str:
-    return str(int(v)) if float(v).is_integer() else f"{v:g}"
 
 
 # -------------------------------------------------------------------- inside a group

@@ -20,8 +20,8 @@ _UNITS = (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10))
 
 
 def size_text(size: Any) -> str:
-    """1024 -> ``"1K"``, 67108864 -> ``"64M"``, 1000 -> ``"1000"`` (as
-    :func:`trainscope.collectives.bandwidth.format_size` writes it)."""
+    """1024 -> ``"1K"``, 67108864 -> ``"64M"``, 1000 -> ``"1000"`` (the inverse of
+    :func:`trainscope.collectives.bandwidth.parse_size`); not an int -> ``MISSING``."""
     if not isinstance(size, int) or isinstance(size, bool):
         return MISSING
     for unit, scale in _UNITS:
@@ -31,7 +31,7 @@ def size_text(size: Any) -> str:
 
 
 def letter(code: int) -> str:
-    """1 -> A, 26 -> Z, 27 -> AA; 0 or less -> ``·`` (as semantics.letter)."""
+    """1 -> A, 26 -> Z, 27 -> AA (spreadsheet columns); 0 or less -> ``·`` (empty)."""
     if code <= 0:
         return "·"
     out = ""
@@ -42,8 +42,8 @@ def letter(code: int) -> str:
 
 
 def value_text(values: Any, letters: bool = False) -> str:
-    """``[3]`` -> ``"3"``, ``[1, 2]`` -> ``"[1, 2]"``, None -> ``"—"`` (as
-    :func:`trainscope.collectives.semantics.format_value`); anything else as text."""
+    """``[3]`` -> ``"3"``, ``[1, 2]`` -> ``"[1, 2]"``, None -> ``"—"``; letters (A, B, ...)
+    when asked; anything else as text."""
     if values is None:
         return "—"
     if not isinstance(values, list) or not all(_number(v) for v in values):
