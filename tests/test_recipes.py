@@ -9,7 +9,7 @@ import pytest
 
 from trainscope.cli import main
 from trainscope.config import BUILTIN_WORKLOADS, from_dict, load_yaml
-from trainscope.recipes import GPT_CHAR, MNIST, recipe_for
+from trainscope.recipes import DIGITS, GPT_CHAR, MNIST, recipe_for
 
 
 def _train(name: str, options: dict | None = None, **sections: dict) -> tuple[dict, dict]:
@@ -37,11 +37,24 @@ def test_each_workload_trains_with_its_own_recipe() -> None:
     assert train["lr"] == 5e-4
 
 
-def test_digits_synthetic_and_own_workloads_keep_the_generic_defaults() -> None:
-    generic, generic_data = _train("digits")
-    assert (generic["optimizer"], generic["lr"], generic_data["batch_size"]) == ("sgd", 0.05, 32)
-    assert _train("synthetic") == (generic, generic_data)
-    assert _train("mypkg.mod:make") == (generic, generic_data)
+def test_digits_and_synthetic_share_a_recipe_and_own_workloads_keep_the_generic_defaults() -> None:
+    digits, digits_data = _train("digits")
+    assert (digits["optimizer"], digits["lr"], digits["momentum"]) == ("sgd", 0.05, 0.9)
+    assert (digits["schedule"], digits["warmup_steps"], digits["weight_decay"]) == (
+        "cosine",
+        100,
+        5e-4,
+    )
+    assert digits_data["batch_size"] == 32
+    assert _train("synthetic") == (digits, digits_data)
+    own, own_data = _train("mypkg.mod:make")
+    assert (own["optimizer"], own["lr"], own["schedule"], own["weight_decay"]) == (
+        "sgd",
+        0.05,
+        "constant",
+        0.0,
+    )
+    assert own_data["batch_size"] == 32
     assert recipe_for("mypkg.mod:make", {}) is None
 
 
@@ -54,7 +67,7 @@ def test_any_setting_given_wins_over_the_recipe() -> None:
 
 
 def test_another_optimizer_drops_the_settings_tuned_for_the_recipes_own() -> None:
-    generic, _ = _train("digits")
+    generic, _ = _train("mypkg.mod:make")
     train, data = _train("text-cls", train={"optimizer": "sgd"})
     # SGD at AdamW's lr would barely move; the generic SGD settings apply instead.
     for key in ("lr", "momentum", "weight_decay", "betas"):
@@ -85,6 +98,7 @@ def test_run_help_shows_every_workloads_recipe(
         assert name in text, name
     assert "nanoGPT" in text and "one-cycle" in text and "Hugging Face" in text
     assert GPT_CHAR.title.split(":")[0] in text and MNIST.title[:20] in text
+    assert DIGITS.title[:30] in text
 
 
 def test_the_saved_config_of_a_run_holds_its_recipe(

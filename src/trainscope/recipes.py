@@ -35,8 +35,26 @@ class Recipe:
     """DataConfig fields."""
 
 
-# scikit-learn digits and the synthetic workload keep the generic defaults (SGD lr 0.05,
-# momentum 0.9, batch 32): LeNet reaches ~98% on digits with them in 30 epochs.
+# The generic defaults (SGD lr 0.05, momentum 0.9, constant lr) left digits at the edge
+# of stability: the validation accuracy swung between 0.97 and 0.75 from epoch to epoch
+# and the final figure (93-98%) depended on the seed, the thread count and the CPU's
+# vector instructions. A short warm-up, a cosine decay and a little weight decay settle
+# it: >= 97% on every one of 48 runs (16 seeds x AVX-512/AVX2/no-vector kernels,
+# docs/benchmarks.md "The default run across seeds and CPUs").
+DIGITS = Recipe(
+    "SGD lr 0.05, momentum 0.9, weight decay 5e-4, 100 warm-up steps then cosine decay, "
+    "batch 32 (measured here: >= 97% test accuracy in 30 epochs on every seed and CPU "
+    "kernel tried)",
+    train={
+        "optimizer": "sgd",
+        "lr": 0.05,
+        "momentum": 0.9,
+        "weight_decay": 5e-4,
+        "schedule": "cosine",
+        "warmup_steps": 100,
+    },
+    data={"batch_size": 32},
+)
 MNIST = Recipe(
     "AdamW lr 3e-3 with a one-cycle schedule, batch 64 (measured here: >= 97% test "
     "accuracy in 3 epochs on 8,000 MNIST images)",
@@ -85,6 +103,8 @@ TEXT_CLS_LORA = Recipe(
 def recipe_for(workload: Any, options: Any) -> Recipe | None:
     """The recipe of a workload given its options, or None (generic defaults)."""
     options = options if isinstance(options, Mapping) else {}
+    if workload in ("digits", "synthetic"):
+        return DIGITS
     if workload == "mnist":
         return MNIST
     if workload == "gpt-char":
@@ -126,7 +146,8 @@ def apply_recipe(data: dict[str, Any], default_workload: str) -> dict[str, Any]:
 def recipes_help() -> str:
     """The default recipes, one paragraph per workload, for ``run --help``."""
     rows = [
-        ("digits, synthetic, your own", "generic defaults: SGD lr 0.05, momentum 0.9, batch 32"),
+        ("digits, synthetic", DIGITS.title),
+        ("your own", "generic defaults: SGD lr 0.05, momentum 0.9, constant, batch 32"),
         ("mnist", MNIST.title),
         ("gpt-char", GPT_CHAR.title),
         ("text-cls (from scratch)", TEXT_CLS_SCRATCH.title),

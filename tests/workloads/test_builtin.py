@@ -21,8 +21,10 @@ from trainscope.errors import ConfigError, DataError
 from trainscope.workloads import build_workload, load_factory
 from trainscope.workloads.base import Workload
 from trainscope.workloads.builtin import (
+    DIGITS_MEAN,
     DIGITS_SPLIT,
     DIGITS_SPLIT_SEED,
+    DIGITS_STD,
     MNIST_MEAN,
     MNIST_STD,
     ImageSet,
@@ -63,7 +65,9 @@ def test_digits_split_sizes_and_content(digits_workload: Workload) -> None:
         assert isinstance(s, TensorDataset)
         x, y = s.tensors
         assert x.shape[1:] == (1, 8, 8) and x.dtype == torch.float32
-        assert 0.0 <= float(x.min()) and float(x.max()) <= 1.0  # scaled from 0..16
+        # scaled from 0..16 to [0, 1], then standardised by the training split's statistics
+        lo, hi = -DIGITS_MEAN / DIGITS_STD, (1 - DIGITS_MEAN) / DIGITS_STD
+        assert lo - 1e-6 <= float(x.min()) and float(x.max()) <= hi + 1e-6
         assert y.dtype == torch.int64
         assert torch.unique(y).tolist() == list(range(10))  # every class in every split
     assert wl.num_classes == 10 and wl.class_names == [str(i) for i in range(10)]
@@ -81,7 +85,15 @@ def test_digits_split_is_disjoint_and_matches_indices(digits_workload: Workload)
     ):
         x, y = ds.tensors
         np.testing.assert_array_equal(y.numpy(), labels[part])
-        np.testing.assert_allclose(x.numpy()[:, 0], images[part] / 16.0)
+        want = (images[part] / 16.0 - DIGITS_MEAN) / DIGITS_STD
+        np.testing.assert_allclose(x.numpy()[:, 0], want, rtol=1e-5, atol=1e-6)
+
+
+def test_digits_are_standardised_by_the_training_splits_own_statistics(
+    digits_workload: Workload,
+) -> None:
+    x = digits_workload.train_set.tensors[0]
+    assert abs(float(x.mean())) < 1e-3 and abs(float(x.std()) - 1.0) < 1e-3
 
 
 def test_digits_split_is_the_same_across_calls_and_seeds(digits_workload: Workload) -> None:
