@@ -3,7 +3,8 @@
 The standard training files are large; benchmarks on this project's machines use the
 test set (kept in ``../shared/data/mnist``) split into 8,000 training and 2,000 test
 images, written under the four standard file names so ``--workload mnist --data-dir``
-reads them like the real thing:
+reads them like the real thing. The same as ``trainscope data mnist-split SRC DST``
+(:mod:`trainscope.data.mnist_split`), kept for the commands in docs/benchmarks.md:
 
     python benchmarks/mnist_from_test_set.py ../shared/data/mnist /tmp/mnist-8k
 """
@@ -13,9 +14,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from trainscope.data.idx import read_idx, write_idx
-
-N_TRAIN = 8000
+from trainscope.data.mnist_split import N_TRAIN, split_test_set
 
 
 def main() -> None:
@@ -24,13 +23,8 @@ def main() -> None:
     ap.add_argument("src", type=Path, help="folder with t10k-images/labels-idx*-ubyte(.gz)")
     ap.add_argument("dst", type=Path)
     args = ap.parse_args()
-    images = read_idx(args.src / "t10k-images-idx3-ubyte.gz")
-    labels = read_idx(args.src / "t10k-labels-idx1-ubyte.gz")
-    args.dst.mkdir(parents=True, exist_ok=True)
-    for stem, arr in (("images-idx3", images), ("labels-idx1", labels)):
-        write_idx(args.dst / f"train-{stem}-ubyte.gz", arr[:N_TRAIN])
-        write_idx(args.dst / f"t10k-{stem}-ubyte.gz", arr[N_TRAIN:])
-    print(f"wrote {N_TRAIN} training and {len(labels) - N_TRAIN} test images to {args.dst}")
+    n_train, n_test = split_test_set(args.src, args.dst, N_TRAIN)
+    print(f"wrote {n_train} training and {n_test} test images to {args.dst}")
 
 
 if __name__ == "__main__":

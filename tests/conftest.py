@@ -6,6 +6,9 @@ module.
 
 from __future__ import annotations
 
+import os
+import statistics
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -15,6 +18,64 @@ import pytest
 from trainscope.data.idx import write_idx
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+# One torch thread per test process, and so per process a test starts (runs read
+# OMP_NUM_THREADS through --threads auto; launched ranks inherit it). The suite runs in
+# two pytest-xdist workers: with torch's default of one thread per core each, a busy
+# 2-core machine ran the default digits run in 167 s instead of 3 (intra-op threads
+# spin-waiting on cores others hold) and module fixtures hit the 300 s timeout.
+# Tests never assert timings, so a user's own setting is overridden here on purpose.
+os.environ["OMP_NUM_THREADS"] = "1"
+
+# Seconds a fixed piece of pure-Python work took on the machine the timeouts were sized
+# on (a 2-vCPU VM, quiet), and the factor by which this machine is slower right now.
+REFERENCE_WORK_S = 0.09
+SLOWNESS_ENV = "TRAINSCOPE_TEST_SLOWNESS"
+
+
+def _work() -> float:
+    t0 = time.perf_counter()
+    total = 0
+    for i in range(1_500_000):
+        total += i * i
+    return time.perf_counter() - t0
+
+
+def measured_slowness() -> float:
+    """How much slower than the reference machine this one runs now (at least 1): the
+    median of 5 timings of a fixed piece of work, or ``TRAINSCOPE_TEST_SLOWNESS``."""
+    given = os.environ.get(SLOWNESS_ENV)
+    if given:
+        return max(1.0, float(given))
+    return max(1.0, statistics.median(_work() for _ in range(5)) / REFERENCE_WORK_S)
+
+
+SLOWNESS = measured_slowness()
+
+
+def scaled(seconds: float) -> float:
+    """A timeout sized for the reference machine, for this one: a test's waits grow with
+    the work it does at this machine's speed, and a hang is still caught."""
+    return seconds * SLOWNESS
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"trainscope: timeouts x{SLOWNESS:.2f} (this machine's speed now; {SLOWNESS_ENV})"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Scale every test's pytest-timeout by :data:`SLOWNESS`."""
+    if SLOWNESS <= 1.0:
+        return
+    default = float(config.getini("timeout") or 0)
+    for item in items:
+        marker = item.get_closest_marker("timeout")
+        seconds = marker.args[0] if marker is not None and marker.args else default
+        if marker is not None and "timeout" in marker.kwargs:
+            seconds = marker.kwargs["timeout"]
+        if seconds:
+            item.add_marker(pytest.mark.timeout(scaled(float(seconds))), append=False)
+
 
 # The four standard MNIST file stems: (split prefix, kind).
 MNIST_TRAIN_IMAGES = "train-images-idx3-ubyte"

@@ -23,6 +23,7 @@ import pytest
 import torch
 import yaml
 
+from tests.conftest import scaled
 from trainscope.cli import main
 from trainscope.data.idx import write_idx
 
@@ -103,6 +104,10 @@ REFUSED_BEFORE_RUN: list[tuple[list[str], tuple[str, ...], int]] = [
     (["--workload", "gpt-char", "--n-head", "5"], ("divisible by n_head (5)",), 2),
     (["--workload", "gpt-char", "--set", "workload.options.x=1"], ("unknown option 'x'",), 2),
     (["--workload", "text-cls", "--model", "gpt9"], ("unknown model 'gpt9'",), 2),
+    (["--workload", "gpt-char", "--dropout", "nan"], ("dropout must be in [0, 1)", "nan"), 2),
+    (["--workload", "gpt-char", "--dropout", "1"], ("dropout must be in [0, 1)", "1.0"), 2),
+    # A data folder lacking its files: before the run folder too (and before torch).
+    (["--workload", "mnist", "--data-dir", "/nonexistent"], ("/nonexistent does not exist",), 1),
 ]
 
 
@@ -441,7 +446,12 @@ def _subprocess(args: list[str], cwd: Path, timeout: float = 60) -> subprocess.C
     env = {k: v for k, v in os.environ.items() if k != "TRAINSCOPE_DEBUG"}
     env["TRAINSCOPE_CACHE"] = str(cwd / "cache")
     return subprocess.run(
-        [sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+        [sys.executable, *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=scaled(timeout),
     )
 
 
@@ -493,17 +503,24 @@ def test_bad_input_in_a_real_process(tmp_path: Path) -> None:
 
 
 def test_data_error_in_a_real_process(tmp_path: Path) -> None:
-    # Fails in setup, after torch and the run directory: still one line, no traceback.
+    # A folder without the files is refused before the run directory and torch; files
+    # that are there but not IDX fail in setup, after both: one line, no traceback.
     (tmp_path / "empty").mkdir()
-    proc = _subprocess(
-        ["-m", "trainscope", "run", "--workload", "mnist", "--data-dir", "empty",
-         "--no-download", "--out", "r", *TINY],
-        tmp_path,
-    )  # fmt: skip
+    argv = ["-m", "trainscope", "run", "--workload", "mnist", "--no-download", "--out", "r"]
+    proc = _subprocess([*argv, "--data-dir", "empty", *TINY], tmp_path)
+    assert proc.returncode == 1
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("trainscope: error: no MNIST files in empty")
+    assert not (tmp_path / "r").exists()
+    (tmp_path / "junk").mkdir()
+    for stem in ("train-images-idx3", "train-labels-idx1", "t10k-images-idx3", "t10k-labels-idx1"):
+        (tmp_path / "junk" / f"{stem}-ubyte").write_text("junk")
+    proc = _subprocess([*argv, "--data-dir", "junk", *TINY], tmp_path)
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr + proc.stdout
     lines = proc.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("trainscope: error: no MNIST files in empty")
+    assert len(lines) == 1 and "bad magic number" in lines[0], lines
+    assert (tmp_path / "r").is_dir()
     assert_failed_record(tmp_path / "r", lines[0])
 
 
@@ -526,6 +543,45 @@ def test_run_help_lists_every_workload_and_groups_the_flags(
     assert all(flag_group(dest) in titles for dest, _ in RUN_FLAGS.values())
     body = out.split("precision and memory:")[1].split("training:")[0]
     assert "--precision" in body and "--checkpointing" in body and "--compile" in body
+    # --pretrained takes a hub name or a local folder (a local folder works offline).
+    pretrained = next(line for line in out.splitlines() if line.startswith("  --pretrained"))
+    assert "hub model" in pretrained and "local folder" in pretrained
+
+
+LOGS_ON_IMPORT = """
+import logging
+logging.getLogger("torchao").warning("Failed to load _C_mxfp8.so: Could not load this library")
+logging.getLogger("torch.utils._pytree").warning("Enum subclasses is deprecated")
+from trainscope.workloads.builtin import digits
+def factory(cfg):
+    return digits(cfg, None)
+"""
+
+
+def test_quiet_run_prints_no_library_log_lines_and_leaves_logging_as_it_was(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """text-cls under -q printed four lines that torchao and torch log when transformers
+    imports them: -q is errors only, log records included (in a process of its own, as
+    pytest captures log records itself); the same run without -q prints them."""
+    import logging
+
+    (tmp_path / "logs_on_import.py").write_text(LOGS_ON_IMPORT)
+    code = "from trainscope.cli import main; raise SystemExit(main())"
+    argv = [sys.executable, "-c", code, "run", "--workload", "logs_on_import:factory",
+            "--epochs", "1", "--max-steps-per-epoch", "2", "--no-progress"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    quiet = subprocess.run([*argv, "--out", str(tmp_path / "q"), "-q"], env=env,
+                           capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert quiet.returncode == 0 and quiet.stdout == "" and quiet.stderr == "", quiet.stderr
+    loud = subprocess.run([*argv, "--out", str(tmp_path / "loud")], env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert "Failed to load _C_mxfp8.so" in loud.stderr
+    # In-process, main() gives logging back as it found it.
+    (tmp_path / "again").mkdir()
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code_, _, _ = run_main(capsys, *argv[3:], "--out", str(tmp_path / "again" / "r"), "-q")
+    assert code_ == 0 and logging.root.manager.disable == logging.NOTSET
 
 
 def test_quiet_run_prints_no_warnings(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

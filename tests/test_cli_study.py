@@ -196,12 +196,14 @@ def test_a_tiny_checkpointing_study_measures_memory_against_time(capsys, tmp_pat
 def test_dry_run_lists_the_plan_and_runs_nothing(capsys, tmp_path):
     out_dir = tmp_path / "never"
     code, out, err = run_main(
-        capsys, "study", "precision", "--repeats", "2", "--dry-run", "--out", str(out_dir)
-    )
+        capsys, "study", "precision", "--repeats", "2", "--dry-run", "--out", str(out_dir),
+        "--threads", "2",
+    )  # fmt: skip
     assert code == 0, err
     lines = out.splitlines()
     assert lines[0].startswith("study precision: ") and "runs planned" in lines[0]
-    assert "  fp32/warmup: runtime.precision=fp32" in lines
+    # Every run's threads are set explicitly: the study's core budget of 2 cores.
+    assert "  fp32/warmup: runtime.precision=fp32, runtime.threads=2" in lines
     assert any(line.startswith("  tf32/r1: ") and "not applicable" in line for line in lines)
     assert len([line for line in lines if "/r2:" in line]) == 2  # fp32 and bf16 only
     assert not out_dir.exists() and not (tmp_path / "studies").exists()
@@ -237,4 +239,5 @@ def test_default_outputs_go_under_one_root(capsys, tmp_path, monkeypatch):
     assert run_dir.name.startswith("digits-")
     code, _, err = run_main(capsys, "compare", str(run_dir), "-q")
     assert code == 0, err
-    assert (root / "compare" / "compare.md").is_file()
+    (comparison,) = root.glob("compare-*")  # a folder of its own, named as runs are
+    assert (comparison / "compare.md").is_file()

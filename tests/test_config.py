@@ -33,9 +33,13 @@ def test_defaults_are_valid_and_documented_values() -> None:
     assert cfg.train.epochs == 30 and cfg.train.optimizer == "sgd" and cfg.train.lr == 0.05
     assert cfg.runtime.device == "auto" and cfg.runtime.precision == "fp32"
     assert cfg.out is None and cfg.overwrite is False
-    assert from_dict({}) == cfg
-    assert from_dict(None) == cfg
-    assert resolve(None, {}) == cfg
+    assert cfg.runtime.threads == "auto"
+    # Read from (empty) config data, the default workload's recipe fills the training
+    # settings (recipes.DIGITS); the dataclass defaults are the generic ones.
+    default = from_dict({})
+    assert from_dict(None) == default and resolve(None, {}) == default
+    assert (default.train.schedule, default.train.warmup_steps) == ("cosine", 100)
+    assert default.workload == cfg.workload and default.runtime == cfg.runtime
 
 
 def test_config_error_is_a_trainscope_error() -> None:
@@ -90,6 +94,12 @@ INVALID: list[tuple[dict[str, Any], str]] = [
     ({"runtime": {"device": "CPU"}}, r"unknown device 'CPU'"),
     ({"runtime": {"precision": "fp8"}}, r"unknown precision 'fp8'.*fp32, tf32, fp16, bf16"),
     ({"runtime": {"timing": "fast"}}, r"unknown timing mode 'fast'.*auto, exact"),
+    ({"runtime": {"threads": 0}}, r"threads must be a positive integer, got 0"),
+    ({"runtime": {"threads": -2}}, r"threads must be a positive integer"),
+    ({"runtime": {"threads": 10**6}}, r"threads must be at most 4096"),
+    ({"runtime": {"threads": "many"}}, r"threads must be an integer >= 1 or auto, got 'many'"),
+    ({"runtime": {"threads": 1.5}}, r"runtime.threads must be an integer or a word, got 1.5"),
+    ({"runtime": {"threads": True}}, r"runtime.threads must be an integer or a word, got True"),
     (
         {"runtime": {"system_interval_s": 0}},
         r"system_interval_s must be >= 0\.1 and <= 86400, got 0",
@@ -178,7 +188,7 @@ def test_values_that_are_valid() -> None:
 
 
 def test_null_section_means_defaults() -> None:
-    assert from_dict({"data": None, "train": None}) == RunConfig()
+    assert from_dict({"data": None, "train": None}) == from_dict({})
 
 
 # -------------------------------------------------------------------------------- merge
@@ -440,8 +450,10 @@ OUT_OF_BOUNDS: list[tuple[dict[str, Any], str]] = [
     ({"runtime": {"system_interval_s": 0.09}}, r"system_interval_s must be >= 0\.1 and <= 86400"),
     ({"runtime": {"system_interval_s": INF}}, r"system_interval_s .* got inf"),
     ({"runtime": {"system_interval_s": HUGE}}, r"system_interval_s .* 401 digits"),
-    ({"dist": {"timeout_s": INF}}, r"timeout_s must be > 0 and <= 604800, got inf"),
-    ({"dist": {"timeout_s": 1e300}}, r"timeout_s must be > 0 and <= 604800, got 1e\+300"),
+    ({"dist": {"timeout_s": INF}}, r"timeout_s must be >= 1 and <= 604800, got inf"),
+    ({"dist": {"timeout_s": 1e300}}, r"timeout_s must be >= 1 and <= 604800, got 1e\+300"),
+    # The process group forms under this timeout too: 1e-9 s was torch's DistNetworkError.
+    ({"dist": {"timeout_s": 1e-9}}, r"timeout_s must be >= 1 and <= 604800, got 1e-09"),
     ({"train": {"seed": HUGE}}, r"seed must be an integer in 0\.\.2\*\*63 - 1, got an integer"),
     ({"train": {"seed": 2**63}}, r"seed must be an integer in 0\.\.2\*\*63 - 1"),
     ({"train": {"seed": -1}}, r"seed must be an integer in 0\.\.2\*\*63 - 1, got -1"),
@@ -499,6 +511,7 @@ def test_worker_limit_follows_the_cpus_of_this_process(monkeypatch: pytest.Monke
         ("runtime", "system_interval_s", 0.1, 0.0999),
         ("runtime", "system_interval_s", 86400, 86400.5),
         ("dist", "timeout_s", 604800, 604800.5),
+        ("dist", "timeout_s", 1, 0.999),
         ("data", "prefetch_factor", 64, 65),
     ],
 )
@@ -590,3 +603,32 @@ def test_safe_load_yaml_bounds_set_values() -> None:
         safe_load_yaml("x" * (2 << 20), "--set x")
     with pytest.raises(yaml.YAMLError):  # not YAML at all: the caller words it
         safe_load_yaml("[1", "--set x")
+
+
+@pytest.mark.parametrize("name", ["text-cls", "gpt-char", "digits", "mnist"])
+def test_config_yaml_leaves_out_what_the_workload_does_not_read(name: str) -> None:
+    """A text-cls run's config.yaml carried ``synthetic_shape`` and ``num_classes: 10``:
+    only the synthetic workload (and a user's factory) reads them. Read back, the saved
+    config is the same config."""
+    cfg = from_dict({"workload": {"name": name}, "out": "runs/x"})
+    saved = cfg.saved_dict()
+    for key in ("synthetic_shape", "synthetic_samples", "num_classes"):
+        assert key not in saved["workload"]
+    assert saved["out"] is None and saved["overwrite"] is False and saved["resume"] is False
+    again = from_dict(yaml.safe_load(yaml.safe_dump(saved)))
+    assert again.to_dict() == {**cfg.to_dict(), "out": None}
+
+
+@pytest.mark.parametrize("name", ["synthetic", "tests.somewhere:factory"])
+def test_config_yaml_keeps_the_synthetic_settings_where_they_are_read(name: str) -> None:
+    cfg = from_dict({"workload": {"name": name, "num_classes": 3}})
+    assert cfg.saved_dict()["workload"]["num_classes"] == 3
+
+
+def test_a_runs_config_yaml_is_its_saved_config(tmp_path: Path) -> None:
+    from trainscope.train.run import run
+
+    cfg = from_dict({"out": str(tmp_path / "r"), "train": {"epochs": 1, "max_steps_per_epoch": 1}})
+    run(cfg)
+    saved = yaml.safe_load((tmp_path / "r" / "config.yaml").read_text(encoding="utf-8"))
+    assert saved == cfg.saved_dict() and "num_classes" not in saved["workload"]

@@ -40,7 +40,7 @@ def _fails(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
         (["--system-interval", "1e-9"], "system_interval_s must be >= 0.1 and <= 86400, got 1e-09"),
         (["--seed", "99999999999999999999999"], "seed must be an integer in 0..2**63 - 1"),
         (["--set", "train.seed=1" + "0" * 400], "got an integer of 401 digits"),
-        (["--set", "dist.timeout_s=.inf"], "timeout_s must be > 0 and <= 604800, got inf"),
+        (["--set", "dist.timeout_s=.inf"], "timeout_s must be >= 1 and <= 604800, got inf"),
         (["--batch-size", "100000", "--drop-last"], "batch size 100000 is larger than the"),
         (
             ["--workload", "synthetic", "--synthetic-shape", "1", "100000", "100000"],

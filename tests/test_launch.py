@@ -3,6 +3,7 @@ a run launches at all, and the validation of the ``dist`` config section."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from subprocess import CompletedProcess
@@ -13,7 +14,7 @@ import torch
 from torch.distributed.run import get_args_parser
 
 from trainscope.cli import build_parser, main, overrides_from_args
-from trainscope.config import DistConfig, RunConfig, from_dict, resolve
+from trainscope.config import USER_OMP_ENV, DistConfig, RunConfig, from_dict, resolve
 from trainscope.errors import ConfigError, DeviceError
 from trainscope.launch import (
     AGENT_CODE,
@@ -270,7 +271,7 @@ BAD_DIST: list[tuple[dict[str, Any], str]] = [
     ({"strategy": "single", "nproc": 2}, "strategy single runs in one process"),
     ({"strategy": "dp", "nproc": 2}, "strategy dp runs in one process"),
     ({"strategy": "dp", "nnodes": 2, "master_port": 1}, "strategy dp runs in one process"),
-    ({"timeout_s": 0}, "timeout_s must be > 0"),
+    ({"timeout_s": 0}, "timeout_s must be >= 1"),
     ({"nproc": "2"}, "dist.nproc must be an integer"),
     ({"scale_lr": "yes"}, "dist.scale_lr must be true or false"),
     ({"hosts": 2}, "unknown config key dist.hosts"),
@@ -291,7 +292,7 @@ def test_dist_config_is_validated(dist: dict[str, Any], message: str) -> None:
         {"strategy": "ddp", "nnodes": 2, "node_rank": 1, "master_port": 29500},
         {"strategy": "fsdp", "nnodes": 2, "rdzv_endpoint": "h:29400"},
         {"strategy": "dp"},
-        {"strategy": "gather-scatter", "backend": "gloo", "timeout_s": 0.5},
+        {"strategy": "gather-scatter", "backend": "gloo", "timeout_s": 1.5},
     ],
 )
 def test_valid_dist_configs(dist: dict[str, Any]) -> None:
@@ -304,3 +305,5 @@ def test_launched_processes_get_a_safe_path_and_their_parent(tmp_path: Path) -> 
     assert env["PYTHONSAFEPATH"] == "1"  # Python >= 3.11: no current directory on sys.path
     assert env["TRAINSCOPE_LAUNCH_DIR"] == str(tmp_path)
     assert env["TRAINSCOPE_PARENT_PID"].isdigit()
+    # The user's OMP_NUM_THREADS (or none) goes along: torchrun's default of 1 is not theirs.
+    assert env[USER_OMP_ENV] == os.environ.get("OMP_NUM_THREADS", "")

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import scaled
 from trainscope.outcomes import conclude
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
@@ -40,7 +41,9 @@ def trainscope(cwd: Path, *args: str, timeout: float = 150) -> subprocess.Comple
     """``trainscope ARGS`` as a user runs it: the console script, in ``cwd``."""
     script = Path(sys.executable).parent / "trainscope"
     argv = [str(script)] if script.exists() else [sys.executable, "-m", "trainscope.cli"]
-    return subprocess.run([*argv, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [*argv, *args], cwd=cwd, capture_output=True, text=True, timeout=scaled(timeout)
+    )
 
 
 def launched_pids(root_pid: int) -> list[int]:

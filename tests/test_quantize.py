@@ -240,3 +240,23 @@ def test_cli_quantize_of_a_non_run_is_one_line(tmp_path, capsys):
     assert main(["quantize", str(tmp_path)]) != 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "error" in err[0] and "internal" not in err[0]
+
+
+def test_console_line_gives_the_spread_it_names() -> None:
+    """The evaluation line named a spread and gave no value ("median of n=5, IQR; ..."):
+    each model's median comes with its own IQR (or min-max) values."""
+
+    def timing(median: float, low: float, high: float, n: int, kind: str) -> dict:
+        return {"median": median, "low": low, "high": high, "n": n, "spread": kind}
+
+    result = {
+        "fp32": {"loss": 0.1, "eval_s": timing(0.120, 0.118, 0.125, 5, "IQR")},
+        "int8": {"loss": 0.1, "eval_s": timing(0.080, 0.079, 0.083, 5, "IQR")},
+    }
+    line = format_quantize(result)[-1]
+    assert line.startswith(
+        "evaluation: 0.120 s (IQR 0.118–0.125) fp32, 0.080 s (IQR 0.079–0.083) int8"
+    )
+    assert "median of n=5" in line
+    one = {k: {"loss": 0.1, "eval_s": timing(0.1, 0.1, 0.1, 1, "single")} for k in ("fp32", "int8")}
+    assert format_quantize(one)[-1].startswith("evaluation: 0.100 s fp32, 0.100 s int8 (")

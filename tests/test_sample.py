@@ -194,3 +194,19 @@ def test_generated_control_characters_are_shown_not_obeyed_on_a_terminal(
         assert "\\x1b]0;pwned\\x07" in out
     else:  # piped to a file: the text as generated
         assert out == hostile + "\n"
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_weights_that_are_not_finite_are_one_line(
+    tmp_path: Path, model: GPT, vocab: CharVocab, value: float, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from trainscope.cli import main
+
+    with torch.no_grad():
+        model.blocks[0].attn.qkv.weight.fill_(value)  # what a diverged run may save
+    run_dir = write_run(tmp_path / "run", model, vocab)
+    with pytest.raises(TrainscopeError, match=r"model.safetensors: tensor .* NaN or infinite"):
+        sample_from_run(run_dir, max_new_tokens=5)
+    assert main(["sample", str(run_dir), "--tokens", "5"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "NaN or infinite" in err[0] and "internal" not in err[0]

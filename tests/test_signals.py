@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import scaled
+
 pytestmark = pytest.mark.timeout(120)
 
 
@@ -40,7 +42,7 @@ def start_long_run(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen, Path]
 def test_a_signal_ends_the_run_with_a_true_record(tmp_path: Path, sig: signal.Signals) -> None:
     proc, out = start_long_run(tmp_path)
     proc.send_signal(sig)
-    _, err = proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=scaled(60))
     assert proc.returncode == 128 + sig
     lines = err.strip().splitlines()
     assert lines == [f"trainscope: terminated by {sig.name}"], lines
@@ -55,7 +57,7 @@ def test_a_signal_ends_the_run_with_a_true_record(tmp_path: Path, sig: signal.Si
 def test_ctrl_c_is_recorded_the_same_way(tmp_path: Path) -> None:
     proc, out = start_long_run(tmp_path)
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=scaled(60))
     assert proc.returncode == 130
     assert err.strip().splitlines() == ["trainscope: interrupted"]
     summary = json.loads((out / "summary.json").read_text())

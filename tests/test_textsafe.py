@@ -150,3 +150,18 @@ def test_plot_text_is_never_mathtext() -> None:
         fig.canvas.draw()  # mathtext would raise on "\invalid"
         # What is drawn is the text as written (matplotlib unescapes "\$" when not math).
         assert text._preprocess_math(text.get_text()) == (raw, False)
+
+
+def test_a_file_name_that_is_not_utf8_is_shown_byte_for_byte() -> None:
+    import os
+
+    name = os.fsdecode(b"run\xff\xfe-1")  # surrogate-escaped, as os.listdir gives it
+    shown = {
+        f.__name__: f(name)
+        for f in (terminal_text, one_line, plot_text, markdown_text, html_text, latex_escape)
+    }
+    for text in shown.values():
+        text.encode("utf-8")  # no lone surrogate left: every output can be written
+    assert shown["terminal_text"] == "run\\xff\\xfe-1" == shown["plot_text"]
+    assert terminal_text(shown["terminal_text"]) == shown["terminal_text"]  # idempotent
+    assert terminal_text("a\ud800b") == "a\\ud800b"  # a surrogate no byte made

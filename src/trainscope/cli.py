@@ -7,6 +7,7 @@ training code is imported only by the subcommand that needs it.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import re
 import sys
@@ -22,6 +23,7 @@ from trainscope.cli_flags import FLAG_GROUPS, RUN_FLAGS, flag_group, refuse_what
 from trainscope.errors import ConfigError, Terminated, TrainscopeError
 from trainscope.recipes import recipes_help
 from trainscope.textsafe import one_line, terminal_text
+from trainscope.workloads import check_data
 
 
 class _Parser(argparse.ArgumentParser):
@@ -93,7 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
         "table of run directories.",
     )
     p_cmp.add_argument("run_dirs", metavar="RUN_DIR", nargs="+")
-    p_cmp.add_argument("--out", metavar="DIR", help="default runs/compare (see TRAINSCOPE_RUNS)")
+    p_cmp.add_argument(
+        "--out", metavar="DIR", help="default a new runs/compare-<time> (see TRAINSCOPE_RUNS)"
+    )
     p_cmp.add_argument("--quiet", "-q", action="store_true", help="print errors only")
 
     p_q = sub.add_parser(
@@ -112,10 +116,12 @@ def build_parser() -> argparse.ArgumentParser:
     p_q.add_argument("--quiet", "-q", action="store_true", help="print errors only")
 
     from trainscope.collectives import cli as collectives_cli  # torch-free too
+    from trainscope.data import mnist_split  # torch-free (numpy only when it runs)
     from trainscope.estimate.cli import add_parser as add_estimate_parser  # torch-free
 
     add_estimate_parser(sub)  # "estimate-memory"
     collectives_cli.add_parser(sub).set_defaults(handler=collectives_cli.main)
+    mnist_split.add_parser(sub)  # "data mnist-split"
     return parser
 
 
@@ -275,6 +281,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         config = _resume_config(args.resume, overrides, config)
     cfg = resolve(config, overrides)  # validated before any import of torch
     _deletion_from_command_line(cfg, overrides, config)
+    check_data(cfg.workload)  # the data folder too: before the run folder and torch
     if args.no_progress:
         cfg.runtime.progress = False
     from trainscope.launch import launch, needs_launch
@@ -346,10 +353,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """``trainscope compare RUN_A RUN_B ...``."""
-    from trainscope.records.run_dir import output_root
     from trainscope.reports.compare import build_comparison, print_comparison
 
-    comparison = build_comparison(args.run_dirs, args.out or output_root() / "compare")
+    comparison = build_comparison(args.run_dirs, args.out)  # None: a new folder
     if not args.quiet:
         print_comparison(comparison)
     return 0
@@ -434,6 +440,7 @@ def cmd_study(args: argparse.Namespace) -> int:
 
             overrides = {**DEFAULT_WORKLOAD, **overrides}
     cfg = resolve(args.config, overrides)
+    check_data(cfg.workload)
     base = {**cfg.to_dict(), "out": None, "overwrite": False, "resume": False}
     options: dict[str, Any] = {
         "repeats": _positive_arg("repeats", args.repeats),
@@ -468,7 +475,12 @@ def cmd_study(args: argparse.Namespace) -> int:
         options["nproc"] = _positive_arg("nproc", nproc)
         from trainscope.studies.strategies_model import study_options
 
-        options.update(study_options(bucket_mb, args.cost_model, options["strategies"]))
+        options.update(
+            study_options(bucket_mb, args.cost_model, options["strategies"], options["nproc"])
+        )
+        for note in (options.get("cost_model") or {}).get("notes") or []:
+            if not args.quiet:  # e.g. a sweep fitted on another world size
+                print(f"trainscope: note: {terminal_text(note)}", file=sys.stderr)
     import importlib
 
     from trainscope.runtime import resolve_device
@@ -562,12 +574,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         warnings.showwarning = _show_warning
         if getattr(args, "quiet", False):
             warnings.simplefilter("ignore")  # -q: errors only (and the launched workers too)
+            # Libraries' own log lines too (torchao's "Failed to load ...", torch's
+            # _pytree deprecation notes when transformers imports them): errors only.
+            logging.disable(logging.WARNING)
         try:
             with signals_end_runs():
                 return handlers.get(args.command, getattr(args, "handler", None))(args)
         except ConfigError as e:
+            _debug_cause(e)
             return _end(f"error: {e}", 2)
         except TrainscopeError as e:
+            _debug_cause(e)
             return _end(f"error: {e}", 1)
         except Terminated as e:
             return _end(str(e), 128 + e.signum, kind="terminated")
@@ -584,6 +601,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "(set TRAINSCOPE_DEBUG=1 for the traceback)",
                 1,
             )
+        finally:
+            logging.disable(logging.NOTSET)  # main() called in a process that goes on
+
+
+def _debug_cause(e: BaseException) -> None:
+    """With TRAINSCOPE_DEBUG set, an error that explains another (a user's factory that
+    raised, a full disk) shows the traceback of what it explains."""
+    if os.environ.get("TRAINSCOPE_DEBUG") and e.__cause__ is not None:
+        raise e
 
 
 def _end(message: str, code: int, kind: str = "error") -> int:

@@ -14,7 +14,7 @@ from trainscope.errors import ConfigError
 
 
 def _workers(text: str) -> int | str:
-    """--num-workers: a count or the word auto."""
+    """--num-workers, --threads: a count or the word auto."""
     if text == "auto":
         return text
     try:
@@ -80,7 +80,11 @@ RUN_FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     "--pretrained": (
         "workload.options.pretrained",
-        {"metavar": "NAME", "help": "text-cls: hub model, e.g. bert-base-cased (online)"},
+        {
+            "metavar": "NAME",
+            "help": "text-cls: a hub model (e.g. bert-base-cased; downloaded once, then "
+            "cached) or a local folder in Hugging Face layout (offline)",
+        },
     ),
     "--task": ("workload.options.task", {"metavar": "NAME", "help": "text-cls: SST-2 | RTE"}),
     "--max-length": (
@@ -171,6 +175,16 @@ RUN_FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
         {"type": int, "metavar": "N", "help": "read timings and losses every N steps"},
     ),
     "--device": ("runtime.device", {"metavar": "DEV", "help": "auto | cpu | cuda | cuda:N"}),
+    "--threads": (
+        "runtime.threads",
+        {
+            "type": _workers,
+            "metavar": "N|auto",
+            "help": "torch intra-op threads per process (default auto: OMP_NUM_THREADS if "
+            "set, else the usable cores / the run's processes on this machine); in a "
+            "study, the core budget every configuration shares: threads x processes",
+        },
+    ),
     "--precision": ("runtime.precision", {"metavar": "P", "help": "fp32 | tf32 | fp16 | bf16"}),
     "--checkpointing": (
         "runtime.checkpointing",

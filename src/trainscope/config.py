@@ -60,6 +60,13 @@ MAX_PREFETCH_FACTOR = 64
 MIN_SYSTEM_INTERVAL_S = 0.1  # below, the sampler costs more than it measures
 MAX_SYSTEM_INTERVAL_S = 86_400.0  # a day; far longer waits overflow the thread's timer
 MAX_DIST_TIMEOUT_S = 7 * 86_400.0  # a week; far longer overflows the timedelta
+# The process group forms under the same timeout: below a second, gloo cannot even
+# connect its ranks on one machine (1e-9 s surfaced as torch's DistNetworkError).
+MIN_DIST_TIMEOUT_S = 1.0
+MAX_THREADS = 4096  # intra-op threads per process: far above any CPU's core count
+# Set by trainscope's launcher in its workers: the OMP_NUM_THREADS the user had (empty:
+# none). torchrun puts 1 there otherwise, which says nothing about what the user wanted.
+USER_OMP_ENV = "TRAINSCOPE_USER_OMP_NUM_THREADS"
 MAX_BUCKET_MB = 1024.0 * 1024.0  # 1 TiB: larger is one bucket for any model anyway
 
 
@@ -102,6 +109,10 @@ def memory_budget_bytes() -> int:
     except (AttributeError, ValueError, OSError):
         total = 0
     return total // 2 if total > 0 else 64 << 30
+
+
+SYNTHETIC_ONLY = ("synthetic_samples", "synthetic_shape", "num_classes")
+"""WorkloadConfig fields only the synthetic workload (and a user's factory) reads."""
 
 
 @dataclass
@@ -332,8 +343,19 @@ class RuntimeConfig:
     selective (see trainscope.checkpointing)."""
     compile: bool = False
     """torch.compile the model (in place); the compilation is timed as its own stage."""
+    threads: int | str = "auto"
+    """torch intra-op threads per process, or "auto": OMP_NUM_THREADS where it is set,
+    else the cores this process may use shared out among the run's processes on the node.
+    In a study: the core budget every configuration shares out (threads x processes)."""
 
     def __post_init__(self) -> None:
+        if isinstance(self.threads, str):
+            if self.threads != "auto":
+                raise ConfigError(
+                    f"threads must be an integer >= 1 or auto, got {show(self.threads)}"
+                )
+        else:
+            need_positive("threads", self.threads, MAX_THREADS)
         if not DEVICES_RE.match(self.device):
             raise ConfigError(f"unknown device {self.device!r}: use auto, cpu, cuda or cuda:N")
         if self.precision not in PRECISIONS:
@@ -435,7 +457,7 @@ class DistConfig:
                 "several nodes need a meeting point: give master_port (with master_addr) "
                 "or rdzv_endpoint"
             )
-        need_number("timeout_s", self.timeout_s, low=0.0, low_open=True, high=MAX_DIST_TIMEOUT_S)
+        need_number("timeout_s", self.timeout_s, low=MIN_DIST_TIMEOUT_S, high=MAX_DIST_TIMEOUT_S)
         if self.bucket_mb is not None:
             need_number("bucket_mb", self.bucket_mb, low=0.0, low_open=True, high=MAX_BUCKET_MB)
             if self.strategy != "allreduce":
@@ -481,9 +503,20 @@ class RunConfig:
             raise ConfigError("--resume continues a run in place; it cannot --overwrite it")
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain-data form (what config.yaml holds)."""
+        """Plain-data form (every field; :meth:`saved_dict` is what config.yaml holds)."""
         d = dataclasses.asdict(self)
         d["workload"]["synthetic_shape"] = list(self.workload.synthetic_shape)
+        return d
+
+    def saved_dict(self) -> dict[str, Any]:
+        """What a run's config.yaml holds: :meth:`to_dict` without where it was written
+        (rerunning it makes a fresh run directory) and without the settings of the
+        synthetic workload in another built-in's (a text-cls run has no ``num_classes:
+        10``); read back, the left-out keys take their defaults, so nothing changes."""
+        d = {**self.to_dict(), "out": None, "overwrite": False, "resume": False}
+        if self.workload.name in BUILTIN_WORKLOADS and self.workload.name != "synthetic":
+            for key in SYNTHETIC_ONLY:
+                d["workload"].pop(key, None)
         return d
 
 

@@ -19,6 +19,23 @@ class DataError(TrainscopeError):
     """A data set is missing, corrupt or cannot be downloaded."""
 
 
+class RecordError(TrainscopeError):
+    """A record file (summary, trainer state, manifest, study, cost model) is readable
+    JSON but a field is missing, of another type or out of range; the message names the
+    file and the field (see :mod:`trainscope.records.schema`)."""
+
+    def __init__(
+        self, message: str, path: object = None, field: str = "", problem: str = ""
+    ) -> None:
+        super().__init__(message)
+        self.path = path
+        """The file, as the reader named it."""
+        self.field = field
+        """The dotted name of the field ("" for the record as a whole)."""
+        self.problem = problem or message
+        """The message without the file's name: ``field 'kind' should be a string, got 3``."""
+
+
 class DivergedError(TrainscopeError):
     """Training produced a non-finite loss (NaN or infinity) and was stopped."""
 

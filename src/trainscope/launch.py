@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 
 from trainscope import outcomes
-from trainscope.config import DistConfig, RunConfig
+from trainscope.config import USER_OMP_ENV, DistConfig, RunConfig
 from trainscope.errors import ConfigError, DeviceError, Terminated, TrainscopeError
 from trainscope.records.jsonio import try_json_object
 
@@ -124,6 +124,9 @@ def launch_env(launch_dir: str) -> dict[str, str]:
     env["PYTHONSAFEPATH"] = "1"
     env["TRAINSCOPE_PARENT_PID"] = str(os.getpid())
     env["TRAINSCOPE_LAUNCH_DIR"] = launch_dir
+    # torchrun sets OMP_NUM_THREADS=1 in workers where it is unset: what the user set (or
+    # nothing) goes along, so --threads auto shares out the cores instead (runtime.threads).
+    env[USER_OMP_ENV] = os.environ.get("OMP_NUM_THREADS", "")
     return env
 
 
@@ -154,8 +157,8 @@ def launch(
         extra = [*where, *(["--overwrite"] * cfg.overwrite)]
         extra += list(extra_args or [])
         argv = torchrun_argv(cfg, path, extra) if torchrun else worker_argv(path, extra)
-        # torchrun sets OMP_NUM_THREADS=1 in each worker unless it is already set: N
-        # workers of many threads each would oversubscribe the CPU cores.
+        # Each worker sets its own threads (--threads; auto: the cores shared out among
+        # the node's processes), whatever OMP_NUM_THREADS torchrun gave it.
         code = _wait(subprocess.Popen(argv, env=launch_env(tmp), start_new_session=True))
         return outcomes.conclude(Path(tmp), code)
 

@@ -177,6 +177,9 @@ def _check_run_dir(run_dir: str | os.PathLike[str]) -> Path:
             f"{root} has no {WEIGHTS_FILE}; quantize needs a run saved with its weights "
             "(train.save_weights, not a data-only run)"
         )
+    from trainscope.records.run_dir import read_summary
+
+    read_summary(root / "summary.json")  # not a summary (a list, no status): refused
     return root
 
 
@@ -193,11 +196,9 @@ def _read_config(root: Path) -> Any:
 
 
 def _run_status(root: Path) -> str | None:
-    from trainscope.records.jsonio import try_json_object
+    from trainscope.records.run_dir import try_summary
 
-    summary = try_json_object(root / "summary.json") or {}
-    status = summary.get("status")
-    return status if isinstance(status, str) else None
+    return try_summary(root / "summary.json").get("status")
 
 
 # ---------------------------------------------------------------------------------------
@@ -464,7 +465,7 @@ def _pct(x: Any) -> str:
 
 def format_quantize(result: dict[str, Any]) -> list[str]:
     """A few console lines: method, bytes, figures fp32 -> int8, evaluation time."""
-    from trainscope.reports.tables import fmt_bytes, fmt_float, fmt_seconds
+    from trainscope.reports.tables import fmt_bytes, fmt_float
     from trainscope.textsafe import one_line
 
     method = result.get("method") or {}
@@ -511,10 +512,22 @@ def format_quantize(result: dict[str, Any]) -> list[str]:
         )
     a, b = fp32.get("eval_s") or {}, int8.get("eval_s") or {}
     lines.append(
-        f"evaluation: {fmt_seconds(a.get('median'))} s fp32, {fmt_seconds(b.get('median'))} s "
-        f"int8 (median of n={a.get('n')}, {a.get('spread')}; warm-up excluded; eager mode)"
+        f"evaluation: {_eval_time(a)} fp32, {_eval_time(b)} int8 (median of n={a.get('n')} "
+        "alternated passes; warm-up excluded; eager mode)"
     )
     return lines
+
+
+def _eval_time(timing: dict[str, Any]) -> str:
+    """``"0.120 s (IQR 0.118–0.125)"``: the median with its spread's values, named."""
+    from trainscope.reports.tables import fmt_seconds
+
+    text = f"{fmt_seconds(timing.get('median'))} s"
+    low, high, n = timing.get("low"), timing.get("high"), timing.get("n")
+    numbers = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (low, high))
+    if numbers and isinstance(n, int) and n >= 2:
+        text += f" ({timing.get('spread')} {fmt_seconds(low)}–{fmt_seconds(high)})"
+    return text
 
 
 __all__ = [

@@ -161,6 +161,15 @@ def sample_from_run(
     except Exception as exc:  # safetensors raises its own error types for corrupt files
         reason = " ".join(str(exc).split())[:300]
         raise TrainscopeError(f"cannot load {root / WEIGHTS_FILE}: {reason}") from None
+    bad = [
+        n for n, t in model.state_dict().items() if t.is_floating_point() and not t.isfinite().all()
+    ]
+    if bad:  # sampling from them would stop in torch.multinomial with its own error
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        raise TrainscopeError(
+            f"{root / WEIGHTS_FILE}: tensor {bad[0]!r}{more} holds NaN or infinite values "
+            "(a run that diverged, or a damaged file): there is no model to sample from"
+        )
     model.to(dev)
 
     gen = torch.Generator(device=dev).manual_seed(seed)

@@ -33,14 +33,20 @@ if TYPE_CHECKING:
 # C0 controls, DEL and C1 controls (ESC, BEL, CR, backspace, CSI 0x9b, OSC 0x9d, NEL...),
 # plus the Unicode characters that reorder or break lines behind the reader's back: bidi
 # embeddings/overrides/isolates/marks ("Trojan Source") and the line/paragraph separators.
+# Lone surrogates too: a file name that is not UTF-8 (os.fsdecode's surrogateescape turns
+# its byte 0xff into "\udcff") cannot be encoded as UTF-8, drawn by a font or written to
+# a report file.
 _CONTROL = re.compile(
-    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]"
+    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029\ud800-\udfff]"
 )
 
 
 def _visible(char: str) -> str:
     # As Python writes it in a string literal: "\x1b", "\r", "\u202e". Printable ASCII,
-    # so a reader sees that the text held a control character, and which one.
+    # so a reader sees that the text held a control character, and which one. A byte of a
+    # non-UTF-8 file name (surrogate-escaped) is shown as that byte: "\xff".
+    if "\udc80" <= char <= "\udcff":
+        return f"\\x{ord(char) - 0xDC00:02x}"
     return char.encode("unicode_escape").decode("ascii")
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import scaled
 from trainscope.cli import main
 
 pytestmark = pytest.mark.timeout(150)
@@ -32,7 +33,9 @@ def trainscope(cwd: Path, *args: str, timeout: float = 120) -> subprocess.Comple
     """``trainscope ARGS`` as a user runs it: the console script, in ``cwd``."""
     script = Path(sys.executable).parent / "trainscope"
     argv = [str(script)] if script.exists() else [sys.executable, "-m", "trainscope.cli"]
-    return subprocess.run([*argv, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [*argv, *args], cwd=cwd, capture_output=True, text=True, timeout=scaled(timeout)
+    )
 
 
 def strict_json(path: Path) -> dict[str, Any]:

@@ -189,3 +189,23 @@ def test_header_beyond_the_in_memory_cap_is_refused_before_reading(tmp_path: Pat
     message = _one_line(exc)
     assert f"header announces shape {list(shape)}" in message
     assert f"at most {MAX_IDX_BYTES >> 30} GiB" in message
+
+
+def test_a_stream_that_expands_past_its_header_is_cut_off_soon_after(tmp_path: Path) -> None:
+    """A gzip "bomb": a header promising 1 MB of images, then 256 MiB of zeros compressed to
+    about 256 KB. Reading stops a little past what the header promised (it used to
+    decompress and count every byte of the stream), in bounded memory."""
+    shape = (1250, 28, 28)  # 980,000 bytes promised
+    header = bytes([0, 0, 0x08, 3]) + struct.pack(">3I", *shape)
+    path = tmp_path / "bomb-idx3-ubyte.gz"
+    with gzip.open(path, "wb", compresslevel=1) as f:
+        f.write(header)
+        zeros = bytes(1 << 20)
+        for _ in range(256):
+            f.write(zeros)
+    assert path.stat().st_size < 2 << 20
+    error, peak = raises_within_memory(DataError, lambda: read_idx(path))
+    text = " ".join(str(error).split())
+    assert "holds more than" in text and "header says 980000" in text, text
+    assert "reading stopped there" in text
+    assert peak < 16 * 2**20

@@ -96,6 +96,14 @@ def test_a_named_architecture_imports_no_torch() -> None:
         ("--workload digits --measure --states-only", "drop --states-only"),
         ("--workload digits --dropout 0.1", "--dropout applies to gpt-char"),
         ("--workload nope", "unknown workload"),
+        # Bounded where they enter: 0 is not "the default length", NaN is no probability.
+        ("--arch gpt2 --seq-len 0", "--seq-len must be at least 1, got 0"),
+        ("--params 1e8 --states-only --seq-len 0", "--seq-len must be at least 1, got 0"),
+        ("--params 1e8 --layers 2 --hidden 64 --seq-len 0", "--seq-len must be at least 1"),
+        ("--arch gpt2 --dropout nan", r"--dropout must be a number in \[0, 1\), got nan"),
+        ("--arch bert-base --dropout 1", r"--dropout must be a number in \[0, 1\), got 1.0"),
+        ("--params 1e8 --layers 2 --hidden 64 --dropout -0.1", "--dropout must be a number"),
+        ("--workload gpt-char --dropout nan", r"dropout must be in \[0, 1\), got nan"),
     ],
 )
 def test_user_errors_are_one_line(argv: str, message: str) -> None:
@@ -141,3 +149,27 @@ def test_measure_text_cls_at_the_padded_length_of_the_probed_batch(
     rows = {r["component"]: r for r in measured["rows"]}
     for name in ("activations", "kept by selective checkpointing", "total (as the meter counts)"):
         assert rows[name]["measured_bytes"] > 0 and rows[name]["error_pct"] == 0.0, rows[name]
+
+
+def test_one_device_shows_one_column_and_says_why(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At world size 1 the ZeRO stages shard over one device: one column (DDP) and a note
+    instead of four near-identical ones; --json keeps all four. Piped, the table is
+    whole (no cell or header cut at 80 columns)."""
+    for var in ("COLUMNS", "FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):
+        monkeypatch.delenv(var, raising=False)
+    assert _run("--arch gpt2-xl --precision amp --batch-size 1 --seq-len 1024".split()) == 0
+    text = capsys.readouterr().out
+    head = next(line for line in text.splitlines() if line.startswith("per device"))
+    assert head.split() == ["per", "device", "DDP"]
+    assert "ZeRO-1" not in head and "note: world size 1: ZeRO-1/2/3 shard" in text
+    assert "fp32 master weights       6.23 GB" in text
+    assert "…" not in text
+    out = _json("--arch gpt2-xl --precision amp --batch-size 1 --seq-len 1024".split(), capsys)
+    assert list(out["shardings"]) == ["ddp", "zero1", "zero2", "zero3"]
+    assert _run("--arch gpt2-xl --precision amp --world-size 8".split()) == 0
+    text = capsys.readouterr().out
+    head = next(line for line in text.splitlines() if line.startswith("per device"))
+    assert head.split()[2:] == ["DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3/FSDP"]
+    assert "world size 1" not in text and "…" not in text

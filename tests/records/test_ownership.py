@@ -394,3 +394,42 @@ def test_a_folder_it_writes_into_that_is_a_link_is_refused(tmp_path):
     assert all(os.path.islink(run / name) for name in [*cases, "report"])
     os.unlink(run / "checkpoints")
     reopen_run_dir(run).release()
+
+
+def test_two_runs_into_one_folder_cannot_both_write_it(tmp_path, monkeypatch):
+    """Run A is delayed just before it takes the lock; run B claims the folder, writes its
+    record and lets go meanwhile. A must then find B's record and be refused: the lock is
+    taken before the folder is checked, so there is no window between the two."""
+    import threading
+
+    from trainscope.records import ownership
+
+    out = tmp_path / "shared"
+    b_done = threading.Event()
+    real_lock = ownership._lock
+
+    def delayed_lock(path, what):
+        if threading.current_thread().name == "run-a":
+            assert b_done.wait(30)  # B starts and finishes inside A's claim
+        return real_lock(path, what)
+
+    monkeypatch.setattr(ownership, "_lock", delayed_lock)
+    result: list[object] = []
+
+    def run_a() -> None:
+        try:
+            with claim_dir(out, "run") as owned:
+                result.append(owned)
+        except TrainscopeError as e:
+            result.append(e)
+
+    a = threading.Thread(target=run_a, name="run-a")
+    a.start()
+    with claim_dir(out, "run") as b:  # B: claims, writes its record, releases
+        b.record("summary.json")
+        (out / "summary.json").write_text('{"status": "completed", "by": "B"}')
+    b_done.set()
+    a.join(30)
+    assert len(result) == 1 and isinstance(result[0], TrainscopeError), result
+    assert "already exists and is not empty" in str(result[0])
+    assert json.loads((out / "summary.json").read_text())["by"] == "B"  # B's record alone

@@ -180,8 +180,40 @@ def test_compare_claims_a_step_time_ratio_only_beyond_the_noise(tmp_path: Path) 
     md = (tmp_path / "cmp" / "compare.md").read_text(encoding="utf-8")
     assert "## Step time" in md and "2.00x" in md
     rows = rows_by_label(comparison.table)
-    assert rows["Step time, steady (ms, n=95)"] == [
-        "10 (IQR 9.5–10.5)",
-        "10.3 (IQR 9.8–10.9)",
-        "20 (IQR 19–21)",
+    assert rows["Step time, steady (ms)"] == [
+        "10.0 (IQR 9.50–10.5, n=95)",
+        "10.3 (IQR 9.80–10.9, n=95)",
+        "20.0 (IQR 19.0–21.0, n=95)",
     ]
+
+
+def test_each_figure_is_one_row_across_runs(tmp_path: Path) -> None:
+    """Runs with different steady-step counts (95 and 40): their steady step times share
+    one row, n in each cell, never a row per run with dashes for the others."""
+    a = {**COMPLETED, "steady_state": _steady(10.0, 9.5, 10.5)}
+    b = {**BF16, "steady_state": {**_steady(20.0, 19.0, 21.0), "steps": 40}}
+    runs = [write_run(tmp_path, "a", a), write_run(tmp_path, "b", b)]
+    table = build_comparison(runs, tmp_path / "cmp").table
+    steady = [row for row in table.cells() if row[0].startswith("Step time, steady")]
+    assert steady == [
+        ["Step time, steady (ms)", "10.0 (IQR 9.50–10.5, n=95)", "20.0 (IQR 19.0–21.0, n=40)"]
+    ]
+    labels = [row[0] for row in table.cells()]
+    assert len(labels) == len(set(labels))
+
+
+def test_each_comparison_gets_a_folder_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without --out, each comparison writes a new runs/compare-<time> folder (as runs are
+    named): a second comparison never writes over the first."""
+    monkeypatch.setenv("TRAINSCOPE_RUNS", str(tmp_path / "root"))
+    runs = [write_run(tmp_path, "a", COMPLETED), write_run(tmp_path, "b", BF16)]
+    first = build_comparison(runs)
+    second = build_comparison(runs[:1])
+    assert first.out_dir != second.out_dir
+    assert first.out_dir.parent == second.out_dir.parent == tmp_path / "root"
+    assert all(c.out_dir.name.startswith("compare-") for c in (first, second))
+    md = (first.out_dir / "compare.md").read_text(encoding="utf-8")
+    assert "Comparison of 2 runs" in md  # untouched by the second
+    assert "Comparison of 1 runs" in (second.out_dir / "compare.md").read_text(encoding="utf-8")

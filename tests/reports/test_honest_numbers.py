@@ -20,7 +20,8 @@ from trainscope.studies.base import execute
 pytestmark = pytest.mark.timeout(120)
 
 CPU = torch.device("cpu")
-BASE = from_dict({"runtime": {"device": "cpu"}, "train": {"epochs": 1}}).to_dict()
+# A core budget of 2 whatever the machine: 1- and 2-process strategies both keep it.
+BASE = from_dict({"runtime": {"device": "cpu", "threads": 2}, "train": {"epochs": 1}}).to_dict()
 
 
 class Planted:

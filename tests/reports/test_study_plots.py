@@ -55,7 +55,7 @@ def test_workers_sweep_writes_files_with_annotations(tmp_path: Path) -> None:
         title="CIFAR-10 $5 data only",
     )
     text = check_files(written, png)
-    assert "fastest: 4 workers, 1.2 s" in text
+    assert "fastest: 4 workers, 1.20 s" in text  # three significant digits, as in tables
     assert "PyTorch default (num_workers=0)" in text
     assert FAST_PATH_LABEL in text
     assert "seconds per epoch" in text
@@ -67,7 +67,7 @@ def test_workers_sweep_without_default_point_still_marks_default(tmp_path: Path)
     series = {"pin_memory": [(2, 2.0, 0.1), (4, 1.5, float("nan"))]}
     text = check_files(workers_sweep_plot(series, png, fastest=("pin_memory", 4)), png)
     assert "PyTorch default (num_workers=0)" in text
-    assert "fastest: 4 workers, 1.5 s" in text
+    assert "fastest: 4 workers, 1.50 s" in text
 
 
 def test_workers_sweep_marks_no_fastest_when_the_caller_found_none(tmp_path: Path) -> None:
@@ -104,8 +104,8 @@ def test_per_iteration_writes_stacked_bars(tmp_path: Path) -> None:
     assert "data wait" in text
     assert COMPUTE_LABEL in text
     assert "milliseconds per iteration" in text
-    assert "12 ms" in text  # a value label inside its segment
-    assert "data 0.3 ms" in text  # a segment too narrow for its label, named after the bar
+    assert "12.0 ms" in text  # a value label inside its segment
+    assert "data 0.300 ms" in text  # a segment too narrow for its label, named after the bar
     assert "0 workers, aug off" in text
 
 

@@ -255,7 +255,7 @@ def test_overview_shows_every_measured_thing_and_says_why_one_is_missing() -> No
     assert rows["MFU"] == "43.21%" and rows["Tokens/s"] == fmt_rate(12345.6)
     assert rows["Process time (s)"] == "7.500 (start-up 2.500)"
     assert rows["Warm-up steps (apart)"] == "5 (0.500 s)"
-    assert rows["Step time, steady (ms, n=95)"] == "10 (IQR 9–12)"
+    assert rows["Step time, steady (ms)"] == "10.0 (IQR 9.00–12.0, n=95)"
     assert rows["Samples/s, steady"] == fmt_rate(6400.0)
     assert rows["Parameters"] == "1,000 trainable of 100,000 (1.00%)"
     assert rows["Val loss (last epoch)"] == "1.2500"

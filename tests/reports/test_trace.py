@@ -216,7 +216,8 @@ def test_record_text_goes_in_as_json_strings(tmp_path: Path) -> None:
     trace = load_strict(path)
     check_trace(trace)
     assert trace["metadata"]["trainscope"]["workload"] == odd
-    assert trace["metadata"]["trainscope"]["model"] == "{'nested': [1, 2]}"
+    # An object where the summary has text is left out with a note (records.schema).
+    assert trace["metadata"]["trainscope"]["model"] is None
 
 
 def test_non_finite_values_never_reach_the_file(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import scaled
 from tests.strategies.test_parity import COMMON, assert_weights_close, run_cli, weights
 from trainscope.runtime.dist import free_port
 
@@ -28,7 +29,7 @@ def test_torchrun_started_by_the_user_with_scaled_lr(tmp_path: Path) -> None:
     argv += ["-m", "trainscope.cli", *COMMON, "--strategy", "allreduce", "--scale-lr"]
     work = tmp_path / "work"
     work.mkdir()
-    proc = subprocess.run(argv, cwd=work, capture_output=True, text=True, timeout=240)
+    proc = subprocess.run(argv, cwd=work, capture_output=True, text=True, timeout=scaled(240))
     assert proc.returncode == 0, proc.stderr[-3000:]
     runs = list((work / "runs").iterdir())
     assert len(runs) == 1, runs  # rank 0's directory, shared by rank 1

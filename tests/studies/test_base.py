@@ -114,13 +114,15 @@ def test_warmup_copies_the_first_applicable_configuration():
     runs = repeats_of("gpu-only", 1, applicable=False, reason="needs CUDA")
     runs += repeats_of("x", 2, group="g", labels={"k": 1}, overrides={"train.lr": 0.3})
     plan = finish_plan("demo", BASE, {}, runs, warmup=True)
-    warm = plan.runs[0]
+    warm, first = plan.runs[0], plan.runs[2]
+    assert first.id == "x/r1"
     assert (warm.id, warm.group, warm.labels, warm.overrides) == (
         "x/warmup",
         "g",
-        {"k": 1},
-        {"train.lr": 0.3},
+        first.labels,
+        first.overrides,
     )
+    assert warm.labels["k"] == 1 and warm.overrides["train.lr"] == 0.3
     assert warm.applicable
     assert len(plan.runs) == 4
     no_warm = finish_plan("demo", BASE, {}, runs, warmup=False)

@@ -26,6 +26,20 @@ def repeat_counts(plan):
     return Counter(r.config for r in plan.runs if not r.warmup)
 
 
+# What every plan adds to each run for the study's core budget (studies.base).
+BUDGET_LABELS = ("threads", "processes", "budget_kept")
+
+
+def own_labels(r):
+    """The planner's own labels of a run, without the core budget's."""
+    return {k: v for k, v in r.labels.items() if k not in BUDGET_LABELS}
+
+
+def own_overrides(r):
+    """The planner's own overrides of a run, without the threads the budget sets."""
+    return {k: v for k, v in r.overrides.items() if k != "runtime.threads"}
+
+
 def test_every_kind_has_a_planner():
     assert set(STUDY_KINDS) == {"loader", "profile", "precision", "strategies", "checkpointing"}
 
@@ -42,7 +56,7 @@ def test_loader_sweep_default_configurations(loader_plan):
     configs = first_runs(loader_plan)
     sweep = {name: r for name, r in configs.items() if r.group == "sweep"}
     for w in range(11):
-        assert sweep[f"w{w}"].labels == {"num_workers": w, "variant": "default"}
+        assert own_labels(sweep[f"w{w}"]) == {"num_workers": w, "variant": "default"}
         assert sweep[f"w{w}"].overrides["data.num_workers"] == w
         assert sweep[f"w{w}"].applicable
         pin = sweep[f"w{w}-pin"]
@@ -139,8 +153,8 @@ def test_precision_plan_on_cpu():
     assert not configs["fp16"].applicable and "fp16" in configs["fp16"].reason
     assert "CPU" in configs["tf32"].reason and "CPU" in configs["fp16"].reason
     for name, r in configs.items():
-        assert r.overrides == {"runtime.precision": name}
-        assert r.labels == {"precision": name}
+        assert own_overrides(r) == {"runtime.precision": name}
+        assert own_labels(r) == {"precision": name}
     assert plan.runs[0].id == "fp32/warmup"
     assert repeat_counts(plan) == {p: 2 for p in PRECISIONS}
     assert plan.options["precisions"] == list(PRECISIONS)
@@ -166,9 +180,11 @@ def test_profile_plan():
     plan = profile.plan(BASE, CPU, repeats=4)
     assert plan.kind == "profile"
     assert [r.id for r in plan.runs] == ["run/warmup", "run/r1", "run/r2", "run/r3", "run/r4"]
-    assert all(r.overrides == {} and r.applicable for r in plan.runs)
+    assert all(own_overrides(r) == {} and r.applicable for r in plan.runs)
     assert plan.base_config == BASE
+    budget = plan.options.pop("core_budget")
     assert plan.options == {"repeats": 4, "warmup": True, "device": "cpu"}
+    assert all(r.overrides["runtime.threads"] == budget for r in plan.runs)
 
     no_warm = profile.plan(BASE, CPU, repeats=2, warmup=False)
     assert [r.id for r in no_warm.runs] == ["run/r1", "run/r2"]
@@ -182,7 +198,7 @@ def test_checkpointing_plan_has_one_configuration_per_policy():
     plan = checkpointing.plan(BASE, CPU, repeats=2)
     firsts = first_runs(plan)
     assert list(firsts) == list(checkpointing.DEFAULT_POLICIES)
-    assert {k: r.overrides for k, r in firsts.items()} == {
+    assert {k: own_overrides(r) for k, r in firsts.items()} == {
         p: {"runtime.checkpointing": p} for p in checkpointing.DEFAULT_POLICIES
     }
     assert set(repeat_counts(plan).values()) == {2}

@@ -89,3 +89,67 @@ def test_piped_output_is_plain_whole_and_without_blank_lines(
     assert any(line.startswith("Run overview: ") and line.endswith("bytes).") for line in lines)
     assert lines[0].endswith(f"-> {out}")  # the start line, whole
     assert any(re.fullmatch(r"Status\s+completed", line) for line in lines)
+
+
+def _records(n: int, loss: float = 3.25) -> list[dict]:
+    return [{"batch_size": 64, "loss": loss} for _ in range(n)]
+
+
+def test_a_long_run_says_how_long_and_piped_prints_progress_lines(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """gpt-char's default preset on a CPU: ~15.7k steps an epoch at seconds a step. Once
+    the first steps are timed the run says how long it will take; piped (no progress
+    bar), a progress line follows at a steady interval, from before any step is timed
+    until the epoch ends, and none after."""
+    import time
+
+    from trainscope.train.console import RunConsole
+
+    console = RunConsole(enabled=True, progress=True, progress_interval_s=0.05)
+    assert console.progress_lines and not console.show_progress  # stderr is captured
+    console.epoch_start(1, 2, 15717)
+    time.sleep(0.12)  # the first progress lines, before any step is timed
+    console.steps(_records(2))  # 2 steps in ~0.12 s: ~30,000 steps take ~30 min
+    time.sleep(0.25)
+    console.epoch_end(
+        {"epoch": 1, "train_loss": 3.2, "val_accuracy": None, "duration_s": 1.0,
+         "samples_per_s": 128.0}
+    )  # fmt: skip
+    err = capsys.readouterr().err
+    time.sleep(0.12)
+    assert capsys.readouterr().err == ""  # the epoch's lines stopped with it
+    lines = err.splitlines()
+    (estimate,) = [x for x in lines if x.startswith("this run:")]
+    assert estimate.startswith("this run: 31,434 steps (2 epochs x 15,717), about ")
+    assert "at the current rate" in estimate and "--max-steps-per-epoch" in estimate
+    assert " min " in estimate or " h " in estimate
+    waiting = [x for x in lines if "no step timed yet" in x]
+    going = [x for x in lines if x.startswith("epoch 1/2: step 2/15,717, loss 3.2500, ")]
+    assert waiting and going, lines
+    assert "about" in going[0] and "left" in going[0]
+    # The rate is that of the steps read: time passing before the next ones are read
+    # does not make the run look slower line by line.
+    assert len(going) >= 2 and len({x.split(", ")[2] for x in going}) == 1, going
+    assert lines.index(waiting[-1]) < lines.index(estimate) < lines.index(going[0])
+    assert lines[-1].startswith("epoch 1: train loss 3.2000")
+
+
+def test_a_short_run_gets_no_estimate_and_a_terminal_no_progress_lines(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from trainscope.train.console import RunConsole, fmt_duration
+
+    console = RunConsole(enabled=True, progress=False, progress_interval_s=0.01)
+    assert not console.progress_lines  # --no-progress: no lines either
+    console.epoch_start(1, 1, 40)
+    console.steps(_records(10))
+    console.stop()
+    assert capsys.readouterr().err == ""
+    assert [fmt_duration(s) for s in (42, 600, 3 * 3600 + 1200, 7200, 3 * 86400 + 3600)] == [
+        "42 s",
+        "10 min",
+        "3 h 20 min",
+        "2 h",
+        "3 d 1 h",
+    ]

@@ -13,6 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from tests.conftest import scaled
 from trainscope.launch import torchrun_argv
 from trainscope.records import load_run
 
@@ -26,7 +27,7 @@ def trainscope(*args: str, env: dict[str, str] | None = None) -> subprocess.Comp
     script = Path(sys.executable).parent / "trainscope"
     argv = [str(script)] if script.exists() else [sys.executable, "-m", "trainscope.cli"]
     return subprocess.run(
-        [*argv, *args], capture_output=True, text=True, timeout=200,
+        [*argv, *args], capture_output=True, text=True, timeout=scaled(200),
         env={**os.environ, **(env or {})},
     )  # fmt: skip
 

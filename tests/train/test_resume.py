@@ -18,6 +18,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from tests.conftest import scaled
 from trainscope.cli import main
 from trainscope.records import load_run
 
@@ -32,7 +33,7 @@ def drive(attempts: list[dict], timeout: float = 240) -> list[int]:
     """Run the attempts in order (see fault_driver.py); their exit codes."""
     out = subprocess.run(
         [sys.executable, str(DRIVER), json.dumps(attempts)],
-        capture_output=True, text=True, timeout=timeout, check=False,
+        capture_output=True, text=True, timeout=scaled(timeout), check=False,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -227,7 +228,7 @@ def test_a_resume_that_would_change_the_numbers_is_refused_with_the_difference(
     before = (run / "metrics.jsonl").read_bytes()
     for flags, shown in (
         (["--batch-size", "32"], "data.batch_size: 16 then, 32 now"),
-        (["--lr", "0.1"], "train.lr: 0.05 then, 0.1 now"),
+        (["--lr", "0.1"], "train.lr: 0.02 then, 0.1 now"),
         (["--optimizer", "adamw"], "train.optimizer: 'sgd' then, 'adamw' now"),
         (["--synthetic-shape", "1", "10", "10"], "workload.synthetic_shape"),
         (["--shuffle-seed", "3"], "data.shuffle_seed: 0 then, 3 now"),

@@ -40,10 +40,11 @@ def default_run(tmp_path_factory):
     return out, summary, outside
 
 
-def test_default_digits_run_reaches_95_percent(default_run):
+def test_default_digits_run_reaches_97_percent(default_run):
+    # (every seed and CPU kernel: tests/train/test_default_recipe.py)
     out, summary, _ = default_run
     assert summary["status"] == "completed"
-    assert summary["test_accuracy"] >= 0.95
+    assert summary["test_accuracy"] >= 0.97
     assert summary["workload"] == "digits"
 
 
@@ -54,7 +55,7 @@ def test_summary_holds_the_contract(default_run):
     assert on_disk["status"] == "completed" and on_disk["error"] is None
     assert list(on_disk["stages_s"]) == list(STAGES)
     assert len(on_disk["first_losses"]) == 5
-    assert len(on_disk["epochs"]) == 30
+    assert len(on_disk["epochs"]) == 45  # the digits recipe (recipes.DIGITS)
     for row in on_disk["epochs"]:
         assert {"epoch", "train_loss", "val_accuracy", "duration_s"} <= row.keys()
         assert row["val_accuracy"] is not None and row["duration_s"] > 0
@@ -62,7 +63,7 @@ def test_summary_holds_the_contract(default_run):
     assert on_disk["peak_memory_kind"] == "process_peak_rss"
     assert on_disk["peak_memory_bytes"] > 50 * 2**20
     assert on_disk["train_samples"] == 1258  # 70% of 1,797, rounded per class
-    assert on_disk["samples"] == 30 * 1258  # every training sample, every epoch
+    assert on_disk["samples"] == 45 * 1258  # every training sample, every epoch
     # Training should have learned: late epochs lose less than the first.
     assert on_disk["epochs"][-1]["train_loss"] < on_disk["epochs"][0]["train_loss"] / 3
 
@@ -144,10 +145,10 @@ def test_metrics_and_first_losses_agree(default_run):
     out, summary, _ = default_run
     rec = load_run(out)
     steps = rec.events("step")
-    assert len(steps) == summary["steps"] == 30 * 40
+    assert len(steps) == summary["steps"] == 45 * 40
     assert [s["loss"] for s in steps[:5]] == summary["first_losses"]
     assert [s["step"] for s in steps] == list(range(1, len(steps) + 1))
-    assert len(rec.events("epoch")) == 30 and len(rec.events("test")) == 1
+    assert len(rec.events("epoch")) == 45 and len(rec.events("test")) == 1
     # Step stage times add up to what the summary reports for the training stages.
     fwd = sum(s["stages"]["forward"] for s in steps)
     assert fwd == pytest.approx(summary["stages_s"]["forward"], rel=1e-6)

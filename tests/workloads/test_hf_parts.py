@@ -164,3 +164,38 @@ def test_a_model_name_that_cannot_load_is_one_clear_error(user_lm: str, tmp_path
     with pytest.raises(ConfigError, match="cannot load model") as e:
         build_workload(cfg, tmp_path)
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.skipif(not MINILM.is_dir(), reason="needs ../shared/data/minilm-l6")
+def test_a_new_head_is_said_in_one_line_of_trainscopes_own(
+    user_lm: str, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """transformers' load report (a table with "classifier MISSING") is expected for a new
+    head: trainscope holds it back and says so in one line, which the run prints and keeps
+    in the summary's notes."""
+    spec = f"{user_lm}:hf_cls"
+    wl = build_workload(WorkloadConfig(name=spec, options={"path": str(MINILM)}), tmp_path)
+    out, err = capfd.readouterr()
+    assert "LOAD REPORT" not in out + err and "MISSING |" not in out + err
+    (note,) = wl.notes
+    assert note.startswith(
+        f"pretrained {MINILM}: weights loaded into BertForSequenceClassification"
+    )
+    assert "classification head (classifier.bias, classifier.weight) is new" in note
+    assert "expected for a new task" in note and "\n" not in note
+    summary = _run(spec, tmp_path / "cls", {"path": str(MINILM)}, lr=1e-4)
+    assert note in summary["notes"]
+
+
+def test_the_load_note_names_what_is_not_expected() -> None:
+    from trainscope.workloads.hf import load_note
+
+    info = {
+        "missing_keys": ["score.weight", "encoder.layer.0.attention.self.query.weight"],
+        "unexpected_keys": ["cls.predictions.bias"],
+    }
+    note = load_note("m", "BertForSequenceClassification", info)
+    assert "head (score.weight) is new" in note
+    assert "not in the checkpoint, so random too: 1 weight(s) (encoder.layer.0." in note
+    assert "in the checkpoint but unused: 1 weight(s) (cls.predictions.bias)" in note
+    assert load_note("m", "X", {}) == "pretrained m: weights loaded into X"

@@ -54,6 +54,7 @@ from trainscope.collectives.semantics import (
 )
 from trainscope.collectives.tables import size_text as format_size
 from trainscope.errors import ConfigError
+from trainscope.numfmt import fmt_sig
 from trainscope.runtime.dist import gather_objects
 from trainscope.spread import spread
 
@@ -370,8 +371,8 @@ def format_sweep(results: Sequence[dict[str, Any]]) -> str:
                 str(r["count"]),
                 f"{r['time_s'] * 1e6:.1f}",
                 f"{lo * 1e6:.1f}–{hi * 1e6:.1f}" if lo is not None else "—",
-                f"{r['algbw_GBps']:.3g}",
-                f"{r['busbw_GBps']:.3g}",
+                fmt_sig(r["algbw_GBps"]),
+                fmt_sig(r["busbw_GBps"]),
                 str(r["wrong"]),
             )
         )

@@ -7,22 +7,22 @@ from collections.abc import Sequence
 
 from trainscope.collectives.model import Fit
 from trainscope.collectives.predict import Prediction
-from trainscope.reports.tables import MISSING, Table, fmt_bytes
+from trainscope.reports.tables import MISSING, Table, fmt_bytes, fmt_sig
 
 FORMULA = "t(m) = α·L + β·W·m"
 
 
 def _us(seconds: float | None) -> str:
-    return MISSING if seconds is None else f"{seconds * 1e6:.3g}"
+    return MISSING if seconds is None else fmt_sig(seconds * 1e6)
 
 
 def _ms(seconds: float | None) -> str:
-    return MISSING if seconds is None else f"{seconds * 1e3:.3g}"
+    return MISSING if seconds is None else fmt_sig(seconds * 1e3)
 
 
 def _gbps(fit: Fit) -> str:
     bw = fit.bandwidth_GBps
-    return "∞" if bw == float("inf") else f"{bw:.3g}"
+    return "∞" if bw == float("inf") else fmt_sig(bw)
 
 
 def fit_table(fits: dict[str, Fit]) -> Table:

@@ -22,6 +22,7 @@ from typing import Any
 
 from trainscope.collectives.model import MAX_WORLD
 from trainscope.errors import ConfigError
+from trainscope.numfmt import fmt_sig
 
 # name -> (per-direction GB/s, latency s, what the figures are)
 INTERCONNECTS: dict[str, tuple[float, float, str]] = {
@@ -169,7 +170,8 @@ def link_fits(args: argparse.Namespace, world: int) -> tuple[dict[str, Any], str
         raise ConfigError(
             "--predict needs a link: --bandwidth and --latency, an --interconnect, or --fit DIR"
         )
-    return given(lat, bw, world), f"{where}; α = {lat * 1e6:.3g} µs, 1/β = {bw:.4g} GB/s"
+    link = f"α = {fmt_sig(lat * 1e6, trim=True)} µs, 1/β = {fmt_sig(bw, 4, trim=True)} GB/s"
+    return given(lat, bw, world), f"{where}; {link}"
 
 
 def fits_of_study(study_dir: Path) -> tuple[dict[str, Any], str]:

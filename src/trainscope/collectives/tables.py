@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from trainscope.reports.stats import fmt_spread
-from trainscope.reports.tables import MISSING, Table
+from trainscope.reports.tables import MISSING, Table, fmt_sig
 from trainscope.spread import spread
 
 # Binary units, as bandwidth.parse_size reads them (1K = 1024).
@@ -57,7 +57,7 @@ def _number(v: Any) -> bool:
 
 
 def _num(v: float) -> str:
-    return str(int(v)) if float(v).is_integer() else f"{v:g}"
+    return str(int(v)) if float(v).is_integer() else fmt_sig(v, 6)
 
 
 def _ok(value: Any) -> str:
@@ -120,11 +120,11 @@ def identities_table(identities: Sequence[dict[str, Any]]) -> Table:
 
 
 def _sci(x: Any) -> str:
-    return f"{x:.3g}" if _number(x) else MISSING
+    return fmt_sig(x)
 
 
 def _gbps(x: Any) -> str:
-    return f"{x:.3g}" if _number(x) else MISSING
+    return fmt_sig(x)
 
 
 def _sweep_row(r: dict[str, Any]) -> list[object]:
@@ -149,7 +149,7 @@ def sweep_table(op: str, results: Sequence[dict[str, Any]]) -> Table:
     ordered = sorted(results, key=lambda r: r.get("bytes") or 0)
     factor = next((r.get("bus_factor") for r in results if _number(r.get("bus_factor"))), None)
     world = next((r.get("world_size") for r in results if r.get("world_size")), "?")
-    fac = f"{factor:.3g}" if factor is not None else MISSING
+    fac = fmt_sig(factor)
     return Table(
         SWEEP_COLUMNS,
         [_sweep_row(r) for r in ordered],
@@ -181,25 +181,18 @@ class Printer:
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
         if enabled:
-            from rich.console import Console
+            from trainscope.reports.console import make_console
 
-            self.out = Console()
-            self.err = Console(stderr=True)
-            for console in (self.out, self.err):
-                if not console.is_terminal:
-                    console.soft_wrap = True  # whole lines in a file, never cut at 80
+            self.out = make_console()  # whole lines in a file, never cut at 80
+            self.err = make_console(stderr=True)
 
     def table(self, table: Any) -> None:
         """A report Table, as the run summary prints one."""
         if not self.enabled:
             return
-        from trainscope.reports.console import table_to_plain, table_to_rich
+        from trainscope.reports.console import print_table
 
-        if self.out.is_terminal:
-            self.out.print(table_to_rich(table))
-        else:
-            self.out.file.write("\n".join(table_to_plain(table)) + "\n")
-            self.out.file.flush()
+        print_table(self.out, table)
 
     def say(self, text: str) -> None:
         """One progress line on stderr."""

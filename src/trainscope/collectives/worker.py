@@ -26,6 +26,7 @@ from trainscope.collectives.tables import (
     sweep_console_table,
 )
 from trainscope.errors import ConfigError
+from trainscope.numfmt import fmt_sig
 from trainscope.runtime.dist import (
     DistInfo,
     broadcast_object,
@@ -116,7 +117,7 @@ def _run(info: DistInfo, options: dict[str, Any], study_dir: Path | None, *, qui
             record.add(r)
         show.say(
             f"[{i}/{total}] {op} {size_text(r['bytes'])}: {r['time_s'] * 1e6:.1f} us, "
-            f"busbw {r['busbw_GBps']:.3g} GB/s, {r['wrong']} wrong"
+            f"busbw {fmt_sig(r['busbw_GBps'])} GB/s, {r['wrong']} wrong"
         )
     show.table(sweep_console_table(record.results() if record is not None else fresh))
     sys.stdout.flush()

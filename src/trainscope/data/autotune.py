@@ -37,6 +37,7 @@ from torch.utils.data import Dataset
 
 from trainscope.config import DataConfig, max_workers, show
 from trainscope.data.loaders import make_loader
+from trainscope.numfmt import fmt_sig
 from trainscope.records.run_dir import atomic_write_json
 from trainscope.spread import Spread, differ, spread
 
@@ -122,21 +123,22 @@ class Trial:
     def estimate_text(self, unit: str = "s") -> str:
         """``"5.31 s (IQR 5.2–5.5, n=48)"``: the epoch estimate with its spread and n."""
         if self.spread in ("single", "none"):
-            return f"{self.epoch_estimate_s:.3g} {unit} (n={self.n}, no spread)"
+            return f"{fmt_sig(self.epoch_estimate_s)} {unit} (n={self.n}, no spread)"
         lo, hi = self.epoch_low_s, self.epoch_high_s
-        return f"{self.epoch_estimate_s:.3g} {unit} ({self.spread} {lo:.3g}–{hi:.3g}, n={self.n})"
+        spread = f"{self.spread} {fmt_sig(lo)}–{fmt_sig(hi)}, n={self.n}"
+        return f"{fmt_sig(self.epoch_estimate_s)} {unit} ({spread})"
 
     def describe(self) -> str:
         """The measurement in one line: start-up, per batch, epoch estimate, and a short trial."""
         ms = 1e3
-        per = f"{self.per_batch_s * ms:.3g} ms/batch"
+        per = f"{fmt_sig(self.per_batch_s * ms)} ms/batch"
         if self.spread in ("single", "none"):
             per += f" (n={self.n})"
         else:
             lo, hi = self.per_batch_low_s * ms, self.per_batch_high_s * ms
             extra = f", {self.outliers} outlier(s)" if self.outliers else ""
-            per += f" ({self.spread} {lo:.3g}–{hi:.3g}, n={self.n}{extra})"
-        text = f"start-up {self.startup_s:.3g} s, {per}, est. {self.estimate_text('s/epoch')}"
+            per += f" ({self.spread} {fmt_sig(lo)}–{fmt_sig(hi)}, n={self.n}{extra})"
+        text = f"start-up {fmt_sig(self.startup_s)} s, {per}, est. {self.estimate_text('s/epoch')}"
         if not self.complete:
             text += (
                 f"; cut short: {self.n} of {self.min_batches} batches before its share of "

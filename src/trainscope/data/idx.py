@@ -21,6 +21,7 @@ from typing import BinaryIO
 
 import numpy as np
 
+from trainscope.config import gib, memory_budget_bytes
 from trainscope.errors import DataError
 
 __all__ = ["IDX_DTYPES", "IMAGES_MAGIC", "LABELS_MAGIC", "read_idx", "write_idx"]
@@ -101,12 +102,18 @@ def _read_exact(f: BinaryIO, n: int) -> bytes:
     return b"".join(parts)
 
 
-def _count_rest(f: BinaryIO) -> int:
-    """Consume the rest of the stream and return how many bytes it held."""
+# Bytes read past the end the header promises before a file is refused: enough to say
+# "more than announced", never the rest of a stream that may expand without end (a gzip
+# "bomb" of a few MB decompresses to GBs).
+_EXCESS_READ = 1 << 20
+
+
+def _count_rest(f: BinaryIO, limit: int) -> tuple[int, bool]:
+    """Consume up to ``limit`` more bytes of the stream: (how many, whether more follow)."""
     total = 0
-    while chunk := f.read(_CHUNK):
+    while total < limit and (chunk := f.read(min(_CHUNK, limit - total))):
         total += len(chunk)
-    return total
+    return total, total >= limit and bool(f.read(1))
 
 
 def _read_stream(f: BinaryIO, p: Path, bound: int) -> np.ndarray:
@@ -130,14 +137,17 @@ def _read_stream(f: BinaryIO, p: Path, bound: int) -> np.ndarray:
 
     if expected > bound:
         # The file cannot hold that much; count what it does hold rather than allocate.
-        got = _count_rest(f)
+        got, more = _count_rest(f, bound + _EXCESS_READ)
+        held = f"more than {got}" if more else str(got)
         raise DataError(
-            f"{p} holds {got} bytes of data, header says {expected} (shape {list(shape)})"
+            f"{p} holds {held} bytes of data, header says {expected} (shape {list(shape)})"
         )
-    if expected > MAX_IDX_BYTES:
+    cap = min(MAX_IDX_BYTES, memory_budget_bytes())
+    if expected > cap:
         raise DataError(
             f"{p}: header announces shape {list(shape)}, {expected} bytes of data; an IDX "
-            f"data set is read into memory, at most {MAX_IDX_BYTES >> 30} GiB"
+            f"data set is read into memory, at most {gib(cap)} here (half of this "
+            f"machine's memory, and never more than {MAX_IDX_BYTES >> 30} GiB)"
         )
 
     # The header is only a claim: memory follows the bytes that actually arrive, read in
@@ -155,11 +165,12 @@ def _read_stream(f: BinaryIO, p: Path, bound: int) -> np.ndarray:
         raise DataError(
             f"{p} holds {filled} bytes of data, header says {expected} (shape {list(shape)})"
         )
-    extra = _count_rest(f)
+    extra, more = _count_rest(f, _EXCESS_READ)  # stops soon after the promised end
     if extra:
+        held = f"more than {expected + extra}" if more else str(expected + extra)
         raise DataError(
-            f"{p} holds {expected + extra} bytes of data, header says {expected} "
-            f"(shape {list(shape)})"
+            f"{p} holds {held} bytes of data, header says {expected} (shape {list(shape)}); "
+            "reading stopped there"
         )
 
     arr = np.frombuffer(buf, dtype=dtype).reshape(shape)

@@ -29,8 +29,10 @@ __all__ = [
     "download_mnist",
     "ensure_mnist",
     "find_mnist_files",
+    "find_test_files",
     "load_mnist_arrays",
     "sha256_of",
+    "split_command",
 ]
 
 # Canonical file name -> (sha256, size in bytes) of the files every mirror serves.
@@ -115,8 +117,37 @@ def find_mnist_files(data_dir: str | os.PathLike[str]) -> dict[str, tuple[Path, 
         )
     if missing:
         have = ", ".join(p.name for p in found.values())
+        if set(found) == set(SPLITS["test"]):  # the test set alone (as in ../shared/data)
+            raise DataError(
+                f"MNIST data dir {root} holds the test set only ({have}); make a training "
+                f"split from it with `{split_command(root)}` (8,000 train / 2,000 test "
+                "images), then pass --data-dir DIR"
+            )
         raise DataError(f"MNIST data dir {root} is missing {', '.join(missing)} (found {have})")
     return {split: (found[img], found[lbl]) for split, (img, lbl) in SPLITS.items()}
+
+
+def split_command(src: str | os.PathLike[str], dst: str = "DIR") -> str:
+    """The command that makes a training split of the test files in ``src``
+    (:mod:`trainscope.data.mnist_split`), for messages."""
+    import shlex
+
+    return f"trainscope data mnist-split {shlex.quote(str(src))} {dst}"
+
+
+def find_test_files(data_dir: str | os.PathLike[str]) -> tuple[Path, Path]:
+    """The MNIST test images and labels in ``data_dir`` (gzipped or not); DataError when
+    either is absent."""
+    root = Path(data_dir).expanduser()
+    if not root.is_dir():
+        raise DataError(f"MNIST data dir {root} does not exist or is not a directory")
+    paths = []
+    for stem in SPLITS["test"]:
+        found = [c for c in (root / f"{stem}.gz", root / stem) if c.is_file()]
+        if not found:
+            raise DataError(f"{root} has no {stem}.gz (nor {stem})")
+        paths.append(found[0])
+    return paths[0], paths[1]
 
 
 def _check_split(images: np.ndarray, labels: np.ndarray, img_path: Path, lbl_path: Path) -> None:

@@ -267,21 +267,21 @@ def main(args: argparse.Namespace) -> int:
         json.dump(result, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
-    from rich.console import Console
-
     from trainscope.estimate.render import compare_table, print_estimate
+    from trainscope.reports.console import make_console, print_table
 
-    console = Console(width=max(Console().width, 110))
+    console = make_console()
     print_estimate(est, console)
     if rows is not None:
         m = result["measured"]
         at = f"micro-batch {m['batch_size']}" + (f" x {m['seq_len']}" if m["seq_len"] else "")
-        console.print(
+        print_table(
+            console,
             compare_table(
                 rows,
                 f"measured on {m['device']} ({at}, one device, "
                 f"step 2 of {m['steps']}) vs estimated",
-            )
+            ),
         )
     return 0
 

@@ -209,7 +209,12 @@ def _check(setup: Setup) -> int:
         raise ConfigError(f"--world-size must be at least 1, got {setup.world_size}")
     if setup.batch_size < 1:
         raise ConfigError(f"--batch-size must be at least 1, got {setup.batch_size}")
+    if setup.seq_len is not None and setup.seq_len < 1:  # 0 is not "the default"
+        raise ConfigError(f"--seq-len must be at least 1, got {setup.seq_len}")
     arch = setup.arch
+    for p in (arch.dropout, arch.attn_dropout, arch.classifier_dropout):
+        if p is not None and not 0.0 <= p < 1.0:  # NaN fails this too
+            raise ConfigError(f"--dropout must be a number in [0, 1), got {p}")
     if setup.states_only or arch.kind == "lenet":
         return setup.seq_len or 0
     if not archs.has_shape(arch):
@@ -269,10 +274,11 @@ def estimate(setup: Setup) -> Estimate:
     return Estimate(setup, counts, t, columns, act, notes)
 
 
-def dominant_line(est: Estimate) -> str:
-    """One line naming the dominant component under each sharding."""
+def dominant_line(est: Estimate, keys: list[str] | None = None) -> str:
+    """One line naming the dominant component under each sharding (of ``keys``: all)."""
     parts = []
-    for key, col in est.columns.items():
+    for key in keys or list(est.columns):
+        col = est.columns[key]
         comps = col.components()
         top = col.dominant
         share = comps[top] / col.total if col.total else 0.0

@@ -1,4 +1,6 @@
-"""The estimate as a rich table (one column per sharding) and the measured comparison."""
+"""The estimate as a table (one column per sharding) and the measured comparison, printed
+as every command prints tables (:mod:`trainscope.reports.console`: drawn on a terminal,
+plain lines whole in a pipe or a file)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,13 @@ from typing import Any
 from trainscope.estimate.core import COMPONENTS, Estimate, dominant_line
 from trainscope.estimate.measure import Row
 from trainscope.estimate.states import SHARDING_TITLES, per_parameter
+from trainscope.reports.console import print_line, print_table
+from trainscope.reports.tables import Table
+
+ONE_DEVICE_NOTE = (
+    "world size 1: ZeRO-1/2/3 shard the model states over one device, so they hold what "
+    "DDP holds; one column is shown (--world-size N for the shardings, --json for all four)"
+)
 
 
 def fmt_bytes(n: float | None) -> str:
@@ -35,24 +44,29 @@ def header(est: Estimate) -> str:
     return f"{head}, {shape}, checkpointing {s.checkpointing}, {s.device}"
 
 
-def estimate_table(est: Estimate) -> Any:
-    """A rich Table: components down, shardings across, per-device bytes."""
-    from rich.table import Table
+def shown_columns(est: Estimate) -> list[str]:
+    """The shardings the table shows: all four, or DDP alone at world size 1 (where the
+    others shard over one device: see :data:`ONE_DEVICE_NOTE`)."""
+    keys = list(est.columns)
+    return keys[:1] if est.setup.world_size == 1 else keys
 
-    table = Table()
-    table.add_column("per device", style="bold")
-    for key in est.columns:
-        table.add_column(SHARDING_TITLES[key], justify="right")
-    cols = list(est.columns.values())
+
+def estimate_table(est: Estimate) -> Table:
+    """Components down, shardings across, per-device bytes."""
+    keys = shown_columns(est)
+    cols = [est.columns[k] for k in keys]
     comps = [c.components() for c in cols]
+    rows: list[list[object]] = []
     for key, name in COMPONENTS.items():
         values = [cc.get(key) for cc in comps]
         if all(not v for v in values):
             continue  # a component this setup does not have (master copy in fp32, ...)
-        table.add_row(name, *(fmt_bytes(v) for v in values))
-    table.add_row("model states", *(fmt_bytes(c.model_states) for c in cols), style="dim")
-    table.add_row("total", *(fmt_bytes(c.total) for c in cols), style="bold")
-    return table
+        rows.append([name, *(fmt_bytes(v) for v in values)])
+    rows.append(["model states", *(fmt_bytes(c.model_states) for c in cols)])
+    rows.append(["total", *(fmt_bytes(c.total) for c in cols)])
+    return Table(
+        ["per device", *(SHARDING_TITLES[k] for k in keys)], rows, "", align="l" + "r" * len(keys)
+    )
 
 
 def _caption(est: Estimate) -> str:
@@ -68,33 +82,30 @@ def _caption(est: Estimate) -> str:
     return "\n".join(lines)
 
 
-def compare_table(rows: list[Row], title: str) -> Any:
+def compare_table(rows: list[Row], title: str) -> Table:
     """Estimated beside measured, component by component, with the error."""
-    from rich.table import Table
-
-    table = Table(title=title, title_justify="left")
-    table.add_column("component", style="bold")
-    for name in ("estimated", "measured", "error"):
-        table.add_column(name, justify="right")
-    for r in rows:
-        err = r.error_pct
-        table.add_row(
+    cells: list[list[object]] = [
+        [
             r.component,
             f"{r.estimated:,}",
             "-" if r.measured is None else f"{r.measured:,}",
-            "-" if err is None else f"{err:+.2f}%",
-        )
-    return table
+            "-" if r.error_pct is None else f"{r.error_pct:+.2f}%",
+        ]
+        for r in rows
+    ]
+    return Table(["component", "estimated", "measured", "error"], cells, title, align="lrrr")
 
 
 def print_estimate(est: Estimate, console: Any) -> None:
     """The setup, the table, the dominant component and the notes."""
-    console.print(header(est), highlight=False)
-    console.print(estimate_table(est))
-    console.print(_caption(est), highlight=False)
-    console.print(dominant_line(est), highlight=False)
+    print_line(console, header(est))
+    print_table(console, estimate_table(est))
+    print_line(console, _caption(est), newlines=True)
+    print_line(console, dominant_line(est, shown_columns(est)))
+    if est.setup.world_size == 1:
+        print_line(console, f"note: {ONE_DEVICE_NOTE}")
     for note in est.notes:
-        console.print(f"note: {note}", highlight=False)
+        print_line(console, f"note: {note}")
 
 
 def rows_to_dict(rows: list[Row]) -> list[dict[str, Any]]:
@@ -111,10 +122,12 @@ def rows_to_dict(rows: list[Row]) -> list[dict[str, Any]]:
 
 
 __all__ = [
+    "ONE_DEVICE_NOTE",
     "compare_table",
     "estimate_table",
     "fmt_bytes",
     "header",
     "print_estimate",
     "rows_to_dict",
+    "shown_columns",
 ]

@@ -285,6 +285,45 @@ def claim_dir(
         raise TrainscopeError(f"{what} {p} exists and is not a directory")
     try:
         p.mkdir(parents=True, exist_ok=True)
+        existed = (p / LOCK).exists()
+    except OSError as e:
+        raise TrainscopeError(f"{what} {p} is not writable: {e.strerror or e}") from None
+    # The lock first, the checks after: checked before it, the folder could be filled by
+    # another run between the check and the lock, and both would then write one record.
+    lock_fd = _lock(p, what)
+    try:
+        marker = _checked_marker(p, kind, existing, what)
+        if marker is not None:  # (a legacy one is written first, so clearing can read it)
+            atomic_write_json(p / MARKER, marker)
+        if marker is not None and existing == "clear":
+            clear_owned(p, keep_lock=True)
+            marker = None
+        if marker is None or existing != "keep":
+            marker = {"kind": kind, "created_at": _now(), "files": [], "dirs": []}
+        from trainscope import __version__
+
+        marker.update(kind=kind, writer="trainscope", version=__version__)
+        atomic_write_json(p / MARKER, marker)
+    except BaseException as e:
+        if lock_fd is not None:
+            _HELD.discard(lock_fd)
+            os.close(lock_fd)
+        if not existed and read_marker(p) is None:  # a folder refused: leave it as it was
+            with contextlib.suppress(OSError):
+                (p / LOCK).unlink()
+        if isinstance(e, OSError):
+            raise TrainscopeError(f"{what} {p} is not writable: {e.strerror or e}") from None
+        raise
+    if register:
+        _register_in_parent(p)
+    return OwnedDir(p, kind, marker, lock_fd)
+
+
+def _checked_marker(p: Path, kind: str, existing: Existing, what: str) -> dict[str, Any] | None:
+    """The marker of ``p`` (locked by the caller) if it may be used as asked, else one
+    clear refusal: someone else's files, another kind of directory, or a non-empty one
+    that is not to be replaced."""
+    try:
         foreign = _foreign_entries(p)
     except OSError as e:
         raise TrainscopeError(f"{what} {p} is not writable: {e.strerror or e}") from None
@@ -307,28 +346,7 @@ def claim_dir(
             f"{what} {p} already exists and is not empty (pass --overwrite to replace what "
             "trainscope wrote there)"
         )
-    lock_fd = _lock(p, what)
-    try:
-        if marker is not None:  # (a legacy one is written first, so clearing can read it)
-            atomic_write_json(p / MARKER, marker)
-        if marker is not None and existing == "clear":
-            clear_owned(p, keep_lock=True)
-            marker = None
-        if marker is None or existing != "keep":
-            marker = {"kind": kind, "created_at": _now(), "files": [], "dirs": []}
-        from trainscope import __version__
-
-        marker.update(kind=kind, writer="trainscope", version=__version__)
-        atomic_write_json(p / MARKER, marker)
-    except BaseException as e:
-        if lock_fd is not None:
-            os.close(lock_fd)
-        if isinstance(e, OSError):
-            raise TrainscopeError(f"{what} {p} is not writable: {e.strerror or e}") from None
-        raise
-    if register:
-        _register_in_parent(p)
-    return OwnedDir(p, kind, marker, lock_fd)
+    return marker
 
 
 def _register_in_parent(p: Path) -> None:
@@ -469,6 +487,15 @@ def _unlink_file_at(dir_fd: int, name: str) -> None:
         os.unlink(name, dir_fd=dir_fd)
 
 
+def _clear_temp_folder_at(dir_fd: int, name: str) -> None:
+    """Remove a temporary folder trainscope made (its name has TMP_PREFIX) with the files
+    directly inside it; never through a link, never deeper."""
+    with _dir_at(dir_fd, name) as fd:
+        for entry in os.listdir(fd) if fd is not None else []:
+            _unlink_file_at(fd, entry)
+    _rmdir_if_empty_at(dir_fd, name)
+
+
 def _rmdir_if_empty_at(dir_fd: int, name: str) -> None:
     with contextlib.suppress(OSError):  # not empty, gone, or a link: leave it
         st = _lstat_at(dir_fd, name)
@@ -570,12 +597,15 @@ def _clear_at(root_fd: int, marker: dict[str, Any], path: Path) -> None:
         with _walk_to(root_fd, rel.parts[:-1]) as fd:
             if fd is not None:
                 _unlink_file_at(fd, rel.name)
-    # Leftovers of a killed atomic write, here and in the folders it lists.
+    # Leftovers of a killed atomic write, here and in the folders it lists: temporary
+    # files, and temporary folders with the files a library wrote inside them (the
+    # weights: safetensors writes its own temporary file next to the target).
     for rel in [PurePosixPath("."), *dirs]:
         with _walk_to(root_fd, () if str(rel) == "." else rel.parts) as fd:
             for name in os.listdir(fd) if fd is not None else []:
                 if name.startswith(TMP_PREFIX):
                     _unlink_file_at(fd, name)
+                    _clear_temp_folder_at(fd, name)
     # Folders last, deepest first: those listed and those that held listed files.
     folders = set(dirs) | {f.parent for f in files if f.parent != PurePosixPath(".")}
     for rel in sorted(folders, key=lambda d: len(d.parts), reverse=True):

@@ -15,6 +15,8 @@ from trainscope.errors import TrainscopeError
 from trainscope.records.attempts import current_events
 from trainscope.records.jsonio import atomic_write_json, dumps, read_json_object
 from trainscope.records.ownership import OwnedDir, claim_dir, refuse_linked_folder
+from trainscope.records.record_specs import SUMMARY
+from trainscope.records.schema import check
 
 SCHEMA_VERSION = 1
 
@@ -184,6 +186,9 @@ class RunRecord:
     env: dict[str, Any] = field(default_factory=dict)
     metrics: list[dict[str, Any]] = field(default_factory=list)
     system: list[dict[str, Any]] = field(default_factory=list)
+    left_out: list[str] = field(default_factory=list)
+    """One line per summary field left out because it does not fit its schema
+    (:data:`~trainscope.records.record_specs.SUMMARY`): reports show them as notes."""
 
     def events(self, kind: str) -> list[dict[str, Any]]:
         """The metrics.jsonl events of one kind, in order."""
@@ -241,11 +246,30 @@ def _read_config(path: Path) -> dict[str, Any]:
         return {}
 
 
+def read_summary(path: str | os.PathLike[str]) -> tuple[dict[str, Any], list[str]]:
+    """A summary.json checked against its schema (:data:`~trainscope.records.
+    record_specs.SUMMARY`): the summary without the optional fields that do not fit, and
+    one line per field left out. One-line TrainscopeError when it cannot be read, is not
+    an object, or a required field (``status``) is missing or wrong."""
+    return check(read_json_object(Path(path)), SUMMARY, path)
+
+
+def try_summary(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """:func:`read_summary`'s summary, or {} for one that cannot be read (a quiet check:
+    what a resumed run goes on from, where a missing record is no error)."""
+    try:
+        return read_summary(path)[0]
+    except TrainscopeError:
+        return {}
+
+
 def load_run(path: str | os.PathLike) -> RunRecord:
-    """Read a run directory; a missing or unreadable summary is a clear error.
+    """Read a run directory; a missing or unreadable summary is a clear error, and so is
+    one whose required fields are missing or wrong (``status``).
 
     Anything else that cannot be read (env.json, config.yaml, single lines of the .jsonl
-    files) is left out with a :class:`RecordWarning`, and the rest is reported.
+    files, a summary field that does not fit its schema) is left out with a
+    :class:`RecordWarning`, and the rest is reported.
     """
     run_dir = Path(path)
     summary_path = run_dir / "summary.json"
@@ -253,7 +277,9 @@ def load_run(path: str | os.PathLike) -> RunRecord:
         raise TrainscopeError(f"{run_dir} is not a directory")
     if not summary_path.is_file():
         raise TrainscopeError(f"{run_dir} is not a run directory (no summary.json)")
-    summary = _read_json_object(summary_path, required=True)
+    summary, left_out = read_summary(summary_path)
+    for line in left_out:
+        warnings.warn(line, RecordWarning, stacklevel=2)
     config = _read_config(run_dir / "config.yaml") if (run_dir / "config.yaml").exists() else {}
     env_path = run_dir / "env.json"
     env = _read_json_object(env_path, required=False) if env_path.exists() else {}
@@ -265,4 +291,5 @@ def load_run(path: str | os.PathLike) -> RunRecord:
         # Each step once, as the run that went on took it (see records.attempts).
         metrics=current_events(_read_jsonl(run_dir / "metrics.jsonl")),
         system=_read_jsonl(run_dir / "system.jsonl"),
+        left_out=left_out,
     )

@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainscope.errors import TrainscopeError
+from trainscope.errors import RecordError, TrainscopeError
 from trainscope.records.jsonio import atomic_write_json, read_json_object
-from trainscope.records.run_dir import RunRecord, load_run
+from trainscope.records.record_specs import STUDY
+from trainscope.records.run_dir import RecordWarning, RunRecord, load_run
+from trainscope.records.schema import check
 
 STUDY_FILE = "study.json"
 STUDY_SCHEMA_VERSION = 1
@@ -101,13 +104,24 @@ def is_study_dir(path: str | os.PathLike[str]) -> bool:
 
 
 def read_study_file(study_dir: Path) -> dict[str, Any]:
-    """The raw study.json, with one-line errors."""
+    """study.json checked against its schema (:data:`~trainscope.records.record_specs.
+    STUDY`), with one-line errors: not an object, no ``kind``, ``runs`` that are not a
+    list of planned runs. An optional field that does not fit is left out, with a
+    :class:`~trainscope.records.run_dir.RecordWarning` naming it."""
     path = Path(study_dir) / STUDY_FILE
     if not path.is_file():
         raise TrainscopeError(f"{study_dir} is not a study directory (no {STUDY_FILE})")
-    data = read_json_object(path)
-    if not isinstance(data.get("kind"), str) or not isinstance(data.get("runs", []), list):
-        raise TrainscopeError(f"{path} is not a trainscope study file (no kind or runs)")
+    try:
+        data, left_out = check(read_json_object(path), STUDY, path)
+    except RecordError as e:
+        what = (
+            "holds a damaged plan"
+            if e.field.startswith("runs[")
+            else "is not a trainscope study file"
+        )
+        raise RecordError(f"{path} {what}: {e.problem}", path, e.field, e.problem) from None
+    for line in left_out:
+        warnings.warn(line, RecordWarning, stacklevel=2)
     return data
 
 

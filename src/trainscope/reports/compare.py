@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainscope.records.run_dir import STAGE_LABELS, STAGES, RunRecord, load_run
+from trainscope.errors import TrainscopeError
+from trainscope.records.run_dir import STAGE_LABELS, STAGES, RunRecord, load_run, output_root
 from trainscope.records.steady import steady_state
 from trainscope.reports.document import Document, escape_inline, write_document
 from trainscope.reports.outdir import report_dir
@@ -122,11 +123,33 @@ def _unique_names(records: Sequence[RunRecord]) -> list[str]:
         depth += 1
 
 
+def fresh_compare_dir(root: Path) -> Path:
+    """A new folder for one comparison, named as runs are: ``ROOT/compare-<UTC time>``
+    (``-2``, ``-3``... when that second already has one). Created empty here, so two
+    comparisons never share a folder and none writes over an earlier one."""
+    from datetime import datetime, timezone
+
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    root.mkdir(parents=True, exist_ok=True)
+    for k in range(1, 1000):
+        path = root / (f"compare-{stamp}" if k == 1 else f"compare-{stamp}-{k}")
+        try:
+            path.mkdir()  # exclusive: a folder someone else made this second is skipped
+        except FileExistsError:
+            continue
+        return path
+    raise TrainscopeError(f"no free compare-{stamp}-N folder in {root}: give --out")
+
+
 def build_comparison(
-    run_dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.PathLike[str]
+    run_dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.PathLike[str] | None = None
 ) -> Comparison:
-    """Load the runs and write compare.md, compare.html and compare.tex into ``out_dir``."""
+    """Load the runs and write compare.md, compare.html and compare.tex into ``out_dir``
+    (a folder trainscope wrote before is replaced; without one, a new folder under the
+    output root, see :func:`fresh_compare_dir`)."""
     records = [load_run(p) for p in run_dirs]
+    if out_dir is None:
+        out_dir = fresh_compare_dir(output_root())
     table = comparison_table(records)
     files = ("compare.md", "compare.html", "compare.tex", "report.md", "report.html")
     with report_dir(out_dir, "compare", files):
@@ -154,6 +177,9 @@ def _write_comparison(records: Sequence[RunRecord], table: Table, out: Path) -> 
     ]
     if failed:
         doc.note("Not completed (numbers are partial): " + ", ".join(failed))
+    for r in records:  # summary fields that do not fit their schema: said, not shown
+        for line in r.left_out:
+            doc.note(escape_inline(f"Damaged record: {line}"))
     md_html = write_document(doc, out)
     files = []
     for p in md_html:  # write_document names its files report.*; here they are compare.*
@@ -169,12 +195,10 @@ def _write_comparison(records: Sequence[RunRecord], table: Table, out: Path) -> 
 
 def print_comparison(comparison: Comparison) -> None:
     """The table on the console, then where the files are."""
-    from rich.console import Console
+    from trainscope.reports.console import make_console, print_line, print_table
 
-    from trainscope.reports.console import print_line, table_to_rich
-
-    console = Console()
-    console.print(table_to_rich(comparison.table))
+    console = make_console()
+    print_table(console, comparison.table)
     for line in comparison.findings:
         print_line(console, "• " + line)
     print_line(console, "written: " + ", ".join(str(p) for p in comparison.files))

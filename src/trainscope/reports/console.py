@@ -4,6 +4,11 @@ Every string printed here can come from a run record (a run's name, a workload, 
 summary field), so none reaches rich as markup or with its control characters: cells,
 headers and titles are ``rich.text.Text`` built by ``trainscope.textsafe.rich_text``,
 and lines go through :func:`print_line`.
+
+One rule for every command: on a terminal a table is drawn by rich; piped or redirected
+to a file it is written as plain aligned lines, whole (rich would cut cells and headers
+to its default 80 columns: ``Fin…``, ``1.1…``). :func:`make_console` and
+:func:`print_table` are how every command prints.
 """
 
 from __future__ import annotations
@@ -43,7 +48,28 @@ def table_to_plain(table: Table) -> list[str]:
         parts = [c.rjust(w) if a == "r" else c.ljust(w) for c, w, a in zip(cells, widths, align)]
         return "  ".join(parts).rstrip()
 
-    return [terminal_text(table.caption), line(head), *(line(r) for r in rows)]
+    caption = [terminal_text(table.caption)] if table.caption else []
+    return [*caption, line(head), *(line(r) for r in rows)]
+
+
+def make_console(*, stderr: bool = False) -> rich.console.Console:
+    """A rich console on stdout (or stderr); when that is not a terminal, lines are
+    written whole (soft wrap), never folded at rich's default 80 columns."""
+    from rich.console import Console
+
+    console = Console(stderr=stderr)
+    if not console.is_terminal:
+        console.soft_wrap = True
+    return console
+
+
+def print_table(console: rich.console.Console, table: Table) -> None:
+    """One report Table: drawn by rich on a terminal, else plain lines, whole."""
+    if console.is_terminal:
+        console.print(table_to_rich(table))
+    else:  # piped or redirected: plain lines, whole, for grep and for files
+        console.file.write("\n".join(table_to_plain(table)) + "\n")
+        console.file.flush()
 
 
 def print_line(console: rich.console.Console, text: Any, *, newlines: bool = False) -> None:
@@ -60,9 +86,5 @@ def print_summary(
 
     tables = (overview_table(summary, env), per_class_table(summary), stage_table(summary))
     for table in (*tables, memory_table(summary)):
-        if not table.rows:
-            continue
-        if console.is_terminal:
-            console.print(table_to_rich(table))
-        else:  # piped or redirected: plain lines, whole, for grep and for files
-            console.file.write("\n".join(table_to_plain(table)) + "\n")
+        if table.rows:
+            print_table(console, table)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainscope.records.run_dir import RunRecord, load_run
+from trainscope.reports.cpu import oversubscribed_note
 from trainscope.reports.document import Document, escape_inline, inline_code, write_document
 from trainscope.reports.memory import memory_bars, memory_table
 from trainscope.reports.outdir import default_or, report_dir
@@ -118,6 +119,9 @@ def _status_note(doc: Document, summary: dict[str, Any]) -> None:
     launch_error = summary.get("launch_error")
     if launch_error and launch_error != error:  # what this rank saw was only the effect
         doc.note(f"What ended the launch: {escape_inline(str(launch_error))}")
+    crowded = oversubscribed_note(summary)
+    if crowded:  # before the timings it makes incomparable
+        doc.note(f"**{escape_inline(crowded)}.**")
     for note in summary.get("notes") or []:  # e.g. "no validation data: ..."
         doc.note(escape_inline(str(note)))
 
@@ -133,6 +137,8 @@ def _build_document(
     title = run_title(summary) if summary.get("workload") or summary.get("model") else None
     doc = Document(f"Run report: {title or record.path.name}")
     _status_note(doc, summary)
+    for line in record.left_out:  # summary fields that do not fit: said, not shown
+        doc.note(escape_inline(f"Damaged record: {line}"))
     doc.paragraph(
         f"Run directory: {inline_code(record.path.name)}. Rebuilt from the run record alone"
         " (no torch needed); tables for LaTeX are in `tables.tex` next to this report."
@@ -287,13 +293,12 @@ def render_tables_rich(report: RunReport) -> list[rich.table.Table]:
 
 def print_report(report: RunReport) -> None:
     """Print a built report's tables and the files it wrote."""
-    from rich.console import Console
+    from trainscope.reports.console import make_console, print_line, print_table
 
-    from trainscope.reports.console import print_line
-
-    console = Console()
-    for rt in render_tables_rich(report):
-        console.print(rt)
+    console = make_console()
+    for table in (report.tables.get(key) for key in TABLE_ORDER):
+        if table is not None and table.rows:
+            print_table(console, table)
     print_line(console, f"wrote {len(report.files)} files to {report.out_dir}:")
     for f in report.files:
         # Relative names (plots/loss.png) read better than the same long prefix repeated.

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainscope.records.run_dir import RunRecord
-from trainscope.reports.tables import MISSING, fmt_float, fmt_pct
+from trainscope.reports.tables import MISSING, fmt_float, fmt_pct, fmt_sig
 from trainscope.spread import Spread, differ, finite, no_difference_text
 
 TRAIN_STAGES = ("data_wait", "h2d", "forward", "backward", "comm", "optimizer")
@@ -29,16 +29,6 @@ def mean_std(values: Iterable[Any]) -> tuple[float | None, float | None, int]:
         return m, 0.0, 1
     var = sum((x - m) ** 2 for x in xs) / (len(xs) - 1)
     return m, math.sqrt(var), len(xs)
-
-
-def fmt_sig(x: Any, digits: int = 3) -> str:
-    """A number with ``digits`` significant digits, never in exponent form: 0.00420, 75.3."""
-    if not isinstance(x, (int, float)) or isinstance(x, bool) or not math.isfinite(x):
-        return MISSING
-    if x == 0:
-        return "0"
-    decimals = max(0, digits - 1 - math.floor(math.log10(abs(x))))
-    return f"{x:.{decimals}f}"
 
 
 def fmt_mean_std_sig(mean: float | None, std: float | None, n: int, digits: int = 3) -> str:
@@ -99,6 +89,40 @@ def compare_text(
     if differ(a, b) and a.median and b.median:
         return f"{name_a} vs {name_b}: {what} {a.median / b.median:.2f}x ({both})"
     return f"{name_a} vs {name_b}: {what}: {no_difference_text(a, b)} ({both})"
+
+
+def count_text(
+    name_a: str,
+    a: Spread,
+    name_b: str,
+    b: Spread,
+    what: str,
+    *,
+    fmt: Callable[[Any], str] = fmt_sig,
+) -> str:
+    """One sentence comparing two *counted* figures (bytes of the tensors a step keeps):
+    a count is exact, not a sample of a noisy measurement, so the noise rule of
+    :func:`compare_text` does not apply and a ratio is stated at any n. Where the repeats
+    counted different values (they should not), the medians are compared and the ranges
+    shown."""
+    both = f"{fmt(a.median)} vs {fmt(b.median)}"
+    varied = [s for s in (a, b) if s.low != s.high]
+    detail = (
+        "counted, exact"
+        if not varied
+        else (
+            f"medians of counts that varied between repeats: {fmt(a.low)}–{fmt(a.high)} and "
+            f"{fmt(b.low)}–{fmt(b.high)}"
+        )
+    )
+    head = f"{name_a} vs {name_b}: {what}"
+    if a.median is None or b.median is None:
+        return f"{head}: not counted in both"
+    if a.median == b.median:
+        return f"{head} the same ({fmt(a.median)}, {detail})"
+    if not b.median:
+        return f"{head} {both} ({detail})"
+    return f"{head} {a.median / b.median:.2f}x ({both}, {detail})"
 
 
 @dataclass(frozen=True)
@@ -231,7 +255,8 @@ def quality_text(a: Spread, b: Spread, q: Quality) -> str | None:
         d = 100 * (a.median / b.median - 1)
         change = f"{'-' if d < 0 else '+'}{fmt_sig(abs(d))}%"
     else:
-        change = f"{a.median - b.median:+.4g}"
+        d = a.median - b.median
+        change = f"{'-' if d < 0 else '+'}{fmt_sig(abs(d), 4)}"
     return f"{q.what} {change} ({both}, {ns})"
 
 
@@ -245,7 +270,7 @@ def fmt_mean_std(
         return fmt(mean)
     m, s = fmt(mean), fmt(std)
     if len(s) > len(m) + 2:  # a tiny std in many decimals: one significant digit is enough
-        s = f"{std:.1g}"
+        s = fmt_sig(std, 1)
     return f"{m} ± {s}"
 
 

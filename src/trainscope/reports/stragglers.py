@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ from typing import Any
 
 from trainscope.records.run_dir import STAGE_LABELS, RunRecord
 from trainscope.reports.document import Document, escape_inline, inline_code
-from trainscope.reports.tables import Table, fmt_pct, fmt_seconds
+from trainscope.reports.tables import Table, fmt_pct, fmt_seconds, fmt_sig
 from trainscope.spread import Spread, differ, spread
 
 # The stages of one training step, in the order a step runs them (others found in the
@@ -90,14 +91,19 @@ def load_rank_steps(record: RunRecord) -> RankSteps:
     """Every rank's step lines: rank 0's from the record, the others' from ``ranks/``."""
     world = world_size(record.summary)
     out = RankSteps(world_size=world)
+    # Listed once: a record may claim far more ranks than wrote a folder (up to 2**20).
+    try:
+        present = set(os.listdir(record.path / "ranks"))
+    except OSError:
+        present = set()
     for rank in range(world):
         if rank == 0:
             lines = record.events("step")
             where = "metrics.jsonl"
         else:
-            path = rank_metrics_path(record.path, rank)
-            where = path.relative_to(record.path).as_posix()
-            if not path.is_file():
+            where = f"ranks/rank{rank}/metrics.jsonl"
+            path = rank_metrics_path(record.path, rank) if f"rank{rank}" in present else None
+            if path is None or not path.is_file():
                 out.missing[rank] = (where, "not found")
                 continue
             try:
@@ -316,7 +322,7 @@ def analyze_stragglers(
 def _ms(seconds: float) -> str:
     """Milliseconds, one decimal from 1 ms, two significant digits below."""
     ms = 1e3 * seconds
-    return f"{ms:.1f}" if abs(ms) >= 1 or ms == 0 else f"{ms:.2g}"
+    return f"{ms:.1f}" if abs(ms) >= 1 or ms == 0 else fmt_sig(ms, 2)
 
 
 def _label(stage: str) -> str:
@@ -544,10 +550,12 @@ def straggler_section(record: RunRecord, doc: Document) -> list[str]:
     loaded = load_rank_steps(record)
     findings: list[str] = []
     if loaded.missing:
+        missing = sorted(loaded.missing.items())
         what = "; ".join(
-            f"rank {r}: {inline_code(file)} {escape_inline(why)}"
-            for r, (file, why) in sorted(loaded.missing.items())
+            f"rank {r}: {inline_code(file)} {escape_inline(why)}" for r, (file, why) in missing[:8]
         )
+        if len(missing) > 8:  # a record may claim thousands of ranks that left nothing
+            what += f"; and {len(missing) - 8} more ranks"
         if len(loaded.steps) < 2:
             text = (
                 f"no straggler analysis: per-rank step records are missing ({what}); it "

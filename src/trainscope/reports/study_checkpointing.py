@@ -10,7 +10,7 @@ from trainscope.reports.document import Document, escape_inline
 from trainscope.reports.memory import cuda_peak, memory_of
 from trainscope.reports.plots import _new_figure, plain_text_figure
 from trainscope.reports.section import Section
-from trainscope.reports.stats import SPREAD_NOTE, compare_text, fmt_sig, fmt_spread
+from trainscope.reports.stats import SPREAD_NOTE, compare_text, count_text, fmt_sig, fmt_spread
 from trainscope.reports.tables import Table, fmt_bytes
 from trainscope.spread import Spread, spread
 from trainscope.textsafe import plot_text
@@ -120,7 +120,7 @@ def checkpointing_sections(study: StudyRecord, doc: Document, plots: Path) -> Se
         if name == "none" or base is None:
             continue
         parts = [
-            compare_text(name, st["act"], "none", base["act"], "activations", fmt=fmt_bytes),
+            count_text(name, st["act"], "none", base["act"], "activations", fmt=fmt_bytes),
             compare_text(name, st["step"], "none", base["step"], "step time", unit=" ms"),
         ]
         gap = _loss_gap(first.get(name, []), first.get("none", []))

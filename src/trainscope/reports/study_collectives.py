@@ -229,7 +229,7 @@ def _findings(by_op: dict[str, list[dict[str, Any]]]) -> list[str]:
         small = min(ok, key=lambda r: r.get("bytes") or 0)
         took = small.get("time_s")
         out.append(
-            f"{op}: the largest median busbw {best['busbw_GBps']:.3g} GB/s (at "
+            f"{op}: the largest median busbw {fmt_sig(best['busbw_GBps'])} GB/s (at "
             f"{size_text(best.get('bytes'))}); the smallest message, "
             f"{size_text(small.get('bytes'))}, took "
             + (f"{fmt_sig(took * 1e6)} µs." if _number(took) else "an unknown time.")
@@ -333,6 +333,6 @@ def _cost_model(
     doc.table(table)
     worst = max(fits.values(), key=lambda f: f.max_rel_error)
     section.findings.append(
-        f"α–β fit: {', '.join(f'{op} α {f.alpha_s * 1e6:.3g} µs' for op, f in fits.items())}; "
+        f"α–β fit: {', '.join(f'{op} α {fmt_sig(f.alpha_s * 1e6)} µs' for op, f in fits.items())}; "
         f"the worst point is {100 * worst.max_rel_error:.0f}% off ({worst.op})"
     )

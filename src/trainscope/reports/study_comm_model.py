@@ -26,7 +26,7 @@ from trainscope.records.study_dir import StudyRecord
 from trainscope.reports.document import Document, escape_inline
 from trainscope.reports.section import Section
 from trainscope.reports.stats import fmt_spread
-from trainscope.reports.tables import MISSING, Table
+from trainscope.reports.tables import MISSING, Table, fmt_sig
 from trainscope.spread import Spread, spread
 
 HAND_WRITTEN = ("gather-scatter", "allreduce", "allreduce-bucketed")
@@ -151,8 +151,8 @@ def comm_model_section(study: StudyRecord, doc: Document, section: Section) -> N
             [
                 name,
                 str(p.collectives),
-                f"{p.comm_s * 1e3:.3g}",
-                MISSING if predicted is None else f"{predicted:.3g}",
+                fmt_sig(p.comm_s * 1e3),
+                fmt_sig(predicted),
                 fmt_spread(measured),
                 what,
                 MISSING if ratio is None else f"{ratio:.2f}",

@@ -120,13 +120,14 @@ def _sweep(study: StudyRecord, doc: Document, plots: Path, section: Section) -> 
         if differ(sp, base[0]):
             text = (
                 f"The fast path (tensors on the device, batches by indexing): "
-                f"{sp.median:.4g} s/epoch, {base[0].median / sp.median:.1f}x faster than the "  # type: ignore[operator]
-                f"default DataLoader ({base[0].median:.4g} s/epoch), data only."
+                f"{fmt_sig(sp.median, 4)} s/epoch, "
+                f"{base[0].median / sp.median:.1f}x faster than the "  # type: ignore[operator]
+                f"default DataLoader ({fmt_sig(base[0].median, 4)} s/epoch), data only."
             )
         else:
             text = (
-                f"The fast path (tensors on the device): {sp.median:.4g} s/epoch against "
-                f"{base[0].median:.4g} s/epoch for the default DataLoader: "
+                f"The fast path (tensors on the device): {fmt_sig(sp.median, 4)} s/epoch against "
+                f"{fmt_sig(base[0].median, 4)} s/epoch for the default DataLoader: "
                 f"{no_difference_text(sp, base[0])}."
             )
         section.findings.append(text)
@@ -158,19 +159,20 @@ def _fastest_text(
         return (
             f"No single fastest DataLoader setting: {names} are within noise of each other "
             f"(overlapping spreads at n={sp.n}); the lowest median is {_setting(cfg)}, "
-            f"{sp.median:.4g} s/epoch. Fewer workers cost less memory; more repeats may "
+            f"{fmt_sig(sp.median, 4)} s/epoch. Fewer workers cost less memory; more repeats may "
             "separate them."
         )
     if best == "w0":
         return (
             f"The fastest DataLoader setting is PyTorch's default, num_workers=0 "
-            f"({sp.median:.4g} s/epoch), beyond the noise of every other: on this data set, "
+            f"({fmt_sig(sp.median, 4)} s/epoch), beyond the noise of every other: on this "
+            "data set, "
             "worker processes cost more to start and feed than they save."
         )
     return (
-        f"Fastest DataLoader setting: {_setting(cfg)}, {sp.median:.4g} s/epoch, "
+        f"Fastest DataLoader setting: {_setting(cfg)}, {fmt_sig(sp.median, 4)} s/epoch, "
         f"{base.median / sp.median:.2f}x faster than the default num_workers=0 "  # type: ignore[operator]
-        f"({base.median:.4g} s/epoch), beyond the noise of every other setting."
+        f"({fmt_sig(base.median, 4)} s/epoch), beyond the noise of every other setting."
     )
 
 

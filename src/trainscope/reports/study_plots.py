@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trainscope.numfmt import fmt_sig
 from trainscope.reports.plots import _new_figure, _save, _stage_color, plain_text_figure
 from trainscope.textsafe import plot_text
 
@@ -63,7 +64,7 @@ def _err(e: float | tuple[float, float] | None) -> tuple[float, float]:
 
 
 def _fmt(value: float) -> str:
-    return f"{value:.3g}"
+    return fmt_sig(value)
 
 
 def _variant_color(label: str, others: list[str]) -> str:
@@ -398,7 +399,7 @@ def bar_plot(
     *,
     ylabel: str,
     title: str = "",
-    value_fmt: Callable[[float], str] = lambda v: f"{v:.3g}",
+    value_fmt: Callable[[float], str] = fmt_sig,
     na_text: str = "n/a",
 ) -> list[Path]:
     """Vertical bars with error bars and value labels.

@@ -13,6 +13,7 @@ from trainscope.reports.stats import (
     QUALITY,
     SPREAD_NOTE,
     compare_text,
+    count_text,
     error_bar,
     fmt_spread,
     main_quality,
@@ -165,7 +166,7 @@ def precision_sections(study: StudyRecord, doc: Document, plots: Path) -> Sectio
         parts.append(quality_text(st[main.header], ref[main.header], main))
         if comparable:
             parts.append(
-                compare_text(name, st["mem"], "fp32", ref["mem"], "activations", fmt=fmt_bytes)
+                count_text(name, st["mem"], "fp32", ref["mem"], "activations", fmt=fmt_bytes)
             )
         prefix = f"{name} vs fp32: "
         text = prefix + "; ".join(p.removeprefix(prefix) for p in parts if p) + "."

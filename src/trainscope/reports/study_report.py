@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from trainscope.records.study_dir import StudyRecord, load_study
+from trainscope.reports.cpu import study_cpu_lines
 from trainscope.reports.document import Document, escape_inline, inline_code, write_document
 from trainscope.reports.outdir import default_or, report_dir
 from trainscope.reports.section import Section
@@ -118,6 +119,8 @@ def _header(study: StudyRecord, doc: Document) -> None:
     if env.get("git_sha"):
         machine.append(f"trainscope git {inline_code(str(env['git_sha'])[:12])}")
     doc.bullets(machine)
+    for line in study_cpu_lines(study):  # plan and record text: escaped
+        doc.paragraph(escape_inline(line))
     failed = study.failed()
     if failed:
         doc.note(f"{len(failed)} run(s) failed; they are left out of the statistics:")
@@ -229,14 +232,12 @@ def _write_study_report(study: StudyRecord, out: Path) -> StudyReport:
 
 def print_study_report(report: StudyReport) -> None:
     """Tables and findings on the console (stderr), then where the files are."""
-    from rich.console import Console
+    from trainscope.reports.console import make_console, print_line, print_table
 
-    from trainscope.reports.console import print_line, table_to_rich
-
-    console = Console(stderr=True)
+    console = make_console(stderr=True)
     for table in report.tables.values():
         if table.rows:
-            console.print(table_to_rich(table))
+            print_table(console, table)
     for line in report.findings:
         print_line(console, "• " + line)
     print_line(console, f"report: {report.markdown_path} and {report.html_path}")

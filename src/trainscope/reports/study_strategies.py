@@ -9,6 +9,7 @@ from typing import Any
 
 from trainscope.records.run_dir import STAGE_LABELS, RunRecord
 from trainscope.records.study_dir import StudyRecord
+from trainscope.reports.cpu import budget_kept, threads_per_process
 from trainscope.reports.document import Document, escape_inline
 from trainscope.reports.memory import cuda_peak, memory_of
 from trainscope.reports.plots import plain_text_figure
@@ -24,7 +25,7 @@ from trainscope.reports.stats import (
     task_of,
 )
 from trainscope.reports.study_comm_model import comm_model_section
-from trainscope.reports.tables import Table, fmt_bytes, fmt_rate
+from trainscope.reports.tables import Table, fmt_bytes, fmt_rate, fmt_sig
 from trainscope.spread import Spread, differ, no_difference_text, spread
 from trainscope.textsafe import plot_text
 
@@ -147,11 +148,11 @@ def strategies_sections(study: StudyRecord, doc: Document, plots: Path) -> Secti
             h_m = spread((s.get("comm") or {}).get("hook_inflight_s") for s in summ).median
             steps = summ[0].get("steps")
             if h_m and steps:
-                comm += f" ({1e3 * h_m / steps:.3g} in flight)"
+                comm += f" ({fmt_sig(1e3 * h_m / steps)} in flight)"
         note = (summ[0].get("parallel") or {}).get("note")
         if note:
             notes.append(f"{name}: {note}")
-        threads = recs[0].env.get("torch_num_threads", "?")
+        threads = threads_per_process(cfg.labels, recs)
         rows.append(
             [
                 name,
@@ -174,7 +175,7 @@ def strategies_sections(study: StudyRecord, doc: Document, plots: Path) -> Secti
         )
         iters.append(per_iter.median)
         iter_err.append(error_bar(per_iter))
-        if per_iter.median:
+        if per_iter.median and budget_kept(cfg.labels):  # a finding compares like with like
             spreads[name] = per_iter
         per_stage[name] = _stage_ms(recs)
     table = Table(
@@ -197,7 +198,8 @@ def strategies_sections(study: StudyRecord, doc: Document, plots: Path) -> Secti
         "Time/iter: training time over optimizer steps. Comm/iter: the gradient-sync stage "
         "of the hand-written strategies, timed exactly; DDP and FSDP communicate inside "
         "backward (and FSDP forward), where it is part of those stages. Threads: torch "
-        "intra-op threads per process (torchrun sets 1 unless OMP_NUM_THREADS is set). "
+        "intra-op threads per process, the study's core budget shared out among the "
+        "processes (* where they do not divide it: compared in no finding). "
         "States/rank (parameters, gradients, optimizer states) and activations: tensor "
         "bytes counted on one step, the largest rank's"
         + ("; CUDA peak: max_memory_allocated of the largest rank." if on_cuda else ".")
@@ -256,7 +258,7 @@ def _ratios(spreads: dict[str, Spread]) -> list[str]:
         if a not in spreads or b not in spreads:
             continue
         sa, sb = spreads[a], spreads[b]
-        figures = f"{sa.median:.3g} vs {sb.median:.3g} ms, n={sa.n} and {sb.n}"
+        figures = f"{fmt_sig(sa.median)} vs {fmt_sig(sb.median)} ms, n={sa.n} and {sb.n}"
         if differ(sa, sb):
             ratio = sa.median / sb.median  # type: ignore[operator]
             out.append(f"{a} / {b} time per iteration: {ratio:.2f}x ({what}; {figures}).")

@@ -12,7 +12,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainscope.numfmt import fmt_sig
 from trainscope.records.run_dir import STAGE_LABELS, STAGES
+
+# Every number with significant digits is written by this one function: plain digits,
+# never an exponent (1670, not 1.67e+03).
+from trainscope.reports.cpu import cpu_rows
 
 # MISSING (an en dash) is shown wherever a value is missing or null; LATEX_NEEDS and
 # LATEX_PACKAGES name what a .tex file of these tables needs in its preamble.
@@ -276,13 +281,14 @@ def _steady_rows(summary: dict[str, Any]) -> list[list[object]]:
     ]
     if _is_number(step.get("median")):
         ms = 1e3 * step["median"]
-        spread = f"{step.get('kind', 'IQR')} {1e3 * step['low']:.3g}–{1e3 * step['high']:.3g}"
-        rows.append(
-            [f"Step time, steady (ms, n={fmt_int(st.get('steps'))})", f"{ms:.3g} ({spread})"]
-        )
+        low, high = fmt_sig(1e3 * step["low"]), fmt_sig(1e3 * step["high"])
+        spread = f"{step.get('kind', 'IQR')} {low}–{high}, n={fmt_int(st.get('steps'))}"
+        # The label is the same for every run (n is in the cell), so `compare` puts every
+        # run's steady step time on one row.
+        rows.append(["Step time, steady (ms)", f"{fmt_sig(ms)} ({spread})"])
         rows.append(["Samples/s, steady", fmt_rate(st.get("samples_per_s"))])
     elif st.get("note"):
-        rows.append(["Step time, steady", _text(st["note"])])
+        rows.append(["Step time, steady (ms)", _text(st["note"])])
     return rows
 
 
@@ -490,6 +496,7 @@ def overview_table(summary: dict[str, Any], env: dict[str, Any] | None = None) -
     system = summary.get("system") or {}
     if _is_number(system.get("cpu_percent_mean")):
         rows.append(["CPU use (mean)", f"{system['cpu_percent_mean']:.0f}%"])
+    rows += cpu_rows(summary)  # threads, other load, oversubscribed or not
     return Table(
         ["Field", "Value"],
         rows,

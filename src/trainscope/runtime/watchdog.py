@@ -248,6 +248,22 @@ class StallWatchdog:
         stalled = find_stalled(positions, self._changed_at, now, self.timeout_s)
         return StallVerdict(stalled, self.timeout_s) if stalled else None
 
+    def behind(self) -> list[StalledRank]:
+        """The ranks behind the most advanced one as last seen, whatever the timeout: for
+        the main thread to say who kept a collective waiting when it gave up first."""
+        try:
+            seen, changed = dict(self._seen), dict(self._changed_at)
+        except RuntimeError:  # the thread changed them meanwhile: read again
+            seen, changed = dict(self._seen), dict(self._changed_at)
+        if not seen:
+            return []
+        now, lead = self.clock(), max(p.counter for p in seen.values())
+        return [
+            StalledRank(rank=r, step=p.step, stage=p.stage, idle_s=now - changed.get(r, now))
+            for r, p in sorted(seen.items())
+            if p.counter < lead
+        ]
+
     def _read_others(self) -> dict[int, Position]:
         """Every other rank's published position (:data:`START` for a key not there yet)."""
         others = [r for r in range(self.world_size) if r != self.rank]

@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from trainscope.config import from_dict, merge
+from trainscope.config import available_cpus, from_dict, merge
 from trainscope.errors import Terminated, TrainscopeError
 from trainscope.records.jsonio import try_json_object
 from trainscope.records.ownership import OwnedDir, claim_dir
@@ -251,6 +251,29 @@ def warmup_of(first: PlannedRun) -> PlannedRun:
     )
 
 
+def core_budget(base_config: dict[str, Any]) -> int:
+    """The cores every configuration of a study shares out: the base config's
+    ``runtime.threads`` (``--threads``), or with ``auto`` the cores this process may use."""
+    threads = (base_config.get("runtime") or {}).get("threads", "auto")
+    return available_cpus() if threads == "auto" else int(threads)
+
+
+def share_core_budget(base_config: dict[str, Any], runs: list[PlannedRun]) -> int:
+    """Give every run the same core budget: intra-op threads = budget / processes, set
+    explicitly (single-process runs too), so that configurations compare like with like.
+    A configuration whose process count does not divide the budget is labelled as not
+    keeping it (``budget_kept``), and reports compare no finding with it. Returns the
+    budget."""
+    budget = core_budget(base_config)
+    base_procs = (base_config.get("dist") or {}).get("nproc", 1)
+    for r in runs:
+        procs = int(r.overrides.get("dist.nproc", base_procs) or 1)
+        threads, kept = max(1, budget // procs), budget % procs == 0 and procs <= budget
+        r.overrides["runtime.threads"] = threads
+        r.labels.update(threads=threads, processes=procs, budget_kept=kept)
+    return budget
+
+
 def finish_plan(
     kind: str,
     base_config: dict[str, Any],
@@ -265,6 +288,8 @@ def finish_plan(
     ids = [r.id for r in runs]
     if len(set(ids)) != len(ids):
         raise AssertionError(f"duplicate run ids in study {kind}")  # a bug in a planner
+    budget = share_core_budget(base_config, runs)
+    options = {**options, "core_budget": budget}
     # Validate every configuration before the first run starts, not halfway through.
     for r in applicable:
         if r.repeat == 1:

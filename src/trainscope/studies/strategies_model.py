@@ -10,7 +10,7 @@ from typing import Any
 
 from trainscope.config import MAX_BUCKET_MB
 from trainscope.config_checks import need_number
-from trainscope.errors import ConfigError
+from trainscope.errors import ConfigError, TrainscopeError
 
 # The ops each strategy's prediction needs (gather-scatter's gather and scatter are
 # predicted from the broadcast fit: the sweep does not time them).
@@ -24,17 +24,33 @@ NEEDS = {
 
 
 def study_options(
-    bucket_mb: Any, cost_model_dir: str | None, strategies: Sequence[str] = tuple(NEEDS)
+    bucket_mb: Any,
+    cost_model_dir: str | None,
+    strategies: Sequence[str] = tuple(NEEDS),
+    nproc: int | None = None,
 ) -> dict[str, Any]:
     """``bucket_mb`` checked, and the fits of ``cost_model_dir`` (a collectives study) as
-    the plan keeps them, so the report needs nothing but the study directory. A sweep
-    without the ops the chosen strategies need is refused in one line."""
+    the plan keeps them, so the report needs nothing but the study directory. Refused in
+    one line: a sweep without the ops the chosen strategies need, or whose study.json
+    holds values no sweep produces (a world size beyond 2**20, a negative α: see
+    :data:`~trainscope.records.record_specs.STUDY`). Where the fits may not carry over
+    to a study of ``nproc`` processes (another world size), ``cost_model["notes"]`` says
+    so, for the command to print."""
     need_number("bucket_mb", bucket_mb, low=0.0, low_open=True, high=MAX_BUCKET_MB)
     options: dict[str, Any] = {"bucket_mb": float(bucket_mb)}
     if cost_model_dir is not None:
         from trainscope.collectives.predict_cli import fits_of_study
         from trainscope.collectives.record import read_record
+        from trainscope.records import schema
+        from trainscope.records.record_specs import STUDY
+        from trainscope.records.study_dir import STUDY_FILE
 
+        try:
+            schema.validate(
+                read_record(Path(cost_model_dir)), STUDY, Path(cost_model_dir) / STUDY_FILE
+            )
+        except TrainscopeError as e:
+            raise ConfigError(f"--cost-model: {e}") from None
         fits, where = fits_of_study(Path(cost_model_dir))
         missing = sorted({op for s in strategies for op in NEEDS.get(s, ()) if op not in fits})
         if missing:
@@ -43,10 +59,28 @@ def study_options(
                 "which the strategies compared need; rerun it with those in --ops (or all)"
             )
         sweep = read_record(Path(cost_model_dir)).get("options") or {}
+        # The world the fits were made on (what α and β were read through), else the plan's.
+        worlds = sorted({fit.world_size for fit in fits.values()})
+        world = worlds[0] if len(worlds) == 1 else sweep.get("world_size")
         options["cost_model"] = {
             "source": where,
-            "world_size": sweep.get("world_size"),
+            "world_size": world,
             "backend": sweep.get("backend"),
             "fits": {op: fit.to_dict() for op, fit in fits.items()},
+            "notes": world_notes(worlds, nproc),
         }
     return options
+
+
+def world_notes(worlds: Sequence[int], nproc: int | None) -> list[str]:
+    """Why fits made on ``worlds`` ranks may not carry over to a study on ``nproc``."""
+    other = [w for w in worlds if w != nproc]
+    if nproc is None or not other:
+        return []
+    on = " and ".join(str(w) for w in worlds)
+    return [
+        f"--cost-model: the sweep was fitted on {on} processes, the study runs {nproc}: α and "
+        "β carry over only as far as the link per message stays the same (the report says "
+        "so beside the prediction); a sweep with --nproc "
+        f"{nproc} predicts this study best"
+    ]

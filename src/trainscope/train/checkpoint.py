@@ -31,7 +31,10 @@ from typing import Any
 import torch
 
 from trainscope.errors import TrainscopeError
-from trainscope.records.jsonio import dumps, read_json_object
+from trainscope.records import schema
+from trainscope.records.jsonio import dumps
+from trainscope.records.record_specs import CHECKPOINT_FORMAT, TRAINER_STATE
+from trainscope.records.record_specs import MANIFEST as MANIFEST_SPEC
 
 MANIFEST = "COMPLETE.json"
 # Every file a checkpoint folder holds, the manifest last: all a removal ever touches.
@@ -42,7 +45,7 @@ CHECKPOINT_FILES = (
     "trainer.json",
     MANIFEST,
 )
-FORMAT = 1
+FORMAT = CHECKPOINT_FORMAT
 _NAME = re.compile(r"^step-(\d+)$")
 TMP_PREFIX = ".tmp-"
 
@@ -241,10 +244,11 @@ def complete_checkpoints(root: Path) -> list[Checkpoint]:
 
 def verify(ckpt: Checkpoint) -> dict[str, Any]:
     """The checkpoint's manifest after checking every file's size and SHA-256 against it;
-    one clear error naming the first file that does not match."""
-    manifest = read_json_object(ckpt.path / MANIFEST)
-    files = manifest.get("files")
-    if manifest.get("format") != FORMAT or not isinstance(files, dict) or not files:
+    one clear error naming the first file that does not match (or the manifest's field
+    that does not fit its schema)."""
+    manifest = schema.read(ckpt.path / MANIFEST, MANIFEST_SPEC)
+    files = manifest["files"]
+    if not files:
         raise TrainscopeError(f"{ckpt.path / MANIFEST}: not a trainscope checkpoint manifest")
     for name, meta in files.items():
         path = ckpt.path / name
@@ -257,6 +261,26 @@ def verify(ckpt: Checkpoint) -> dict[str, Any]:
     return manifest
 
 
+def checked_state(ckpt: Checkpoint) -> dict[str, Any]:
+    """The checkpoint's trainer state (trainer.json) once every file matches the
+    manifest, trainer.json fits its schema (:data:`~trainscope.records.record_specs.
+    TRAINER_STATE`) and each tensor file's header reads as safetensors: what a resume
+    checks before it writes anything. One line naming the file (and field) otherwise."""
+    from safetensors import SafetensorError, safe_open
+
+    verify(ckpt)
+    plain = schema.read(ckpt.path / "trainer.json", TRAINER_STATE)
+    for name in ("model.safetensors", "optimizer.safetensors", "rng.safetensors"):
+        try:
+            with safe_open(str(ckpt.path / name), framework="pt") as f:
+                f.keys()
+        except (SafetensorError, OSError, ValueError) as e:
+            raise TrainscopeError(
+                f"checkpoint file {ckpt.path / name} is unreadable: {e}"
+            ) from None
+    return plain
+
+
 def load_checkpoint(ckpt: Checkpoint) -> dict[str, Any]:
     """A verified checkpoint as a state dict (the shape :meth:`TrainState.state_dict` has).
 
@@ -265,7 +289,7 @@ def load_checkpoint(ckpt: Checkpoint) -> dict[str, Any]:
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    verify(ckpt)
+    plain = checked_state(ckpt)
 
     def tensors(name: str) -> dict[str, torch.Tensor]:
         try:
@@ -275,7 +299,6 @@ def load_checkpoint(ckpt: Checkpoint) -> dict[str, Any]:
                 f"checkpoint file {ckpt.path / name} is unreadable: {e}"
             ) from None
 
-    plain = read_json_object(ckpt.path / "trainer.json")
     aliases = plain.get("aliases") or {}
 
     def with_aliases(name: str, part: str) -> dict[str, torch.Tensor]:
@@ -314,8 +337,14 @@ def load_latest(root: Path, warn: Any = None) -> tuple[Checkpoint, dict[str, Any
             if warn is not None:
                 warn(f"{e}; falling back to an earlier checkpoint")
     if errors:
-        raise TrainscopeError(f"no checkpoint under {root} loads: {errors[-1]}")
+        raise TrainscopeError(damaged_text(root, errors))
     return None
+
+
+def damaged_text(root: Path, errors: list[str]) -> str:
+    """One line: no checkpoint under ``root`` loads, and why each does not (the first 4)."""
+    shown = "; ".join(errors[:4]) + (f" (and {len(errors) - 4} more)" if len(errors) > 4 else "")
+    return f"every checkpoint under {root} is damaged, none to go on from: {shown}"
 
 
 def _remove_written(folder: Path) -> None:

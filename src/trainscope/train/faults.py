@@ -5,8 +5,10 @@ Set ``TRAINSCOPE_FAULT`` to ``step=K[,stage=S][,rank=R][,attempt=A]``: the proce
 ``R`` (default: every rank) dies at step ``K`` (global, counted from 1), right after stage
 ``S`` of it (``data_wait``, ``h2d``, ``forward``, ``backward``, ``comm``, ``optimizer``;
 default ``forward``), or with ``stage=checkpoint`` while writing the checkpoint of step
-``K``, after its first file. Only in attempt ``A`` (default 1), so the resumed or
-restarted run goes on. trainscope never sets it; nothing else reads it.
+``K``, after its first file, or with ``stage=weights`` while writing the final weights
+(after the run's last step ``K``), once the file is written and before it is in place.
+Only in attempt ``A`` (default 1), so the resumed or restarted run goes on. trainscope
+never sets it; nothing else reads it.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 from trainscope.errors import ConfigError
 
 ENV_VAR = "TRAINSCOPE_FAULT"
-STAGES = ("data_wait", "h2d", "forward", "backward", "comm", "optimizer", "checkpoint")
+STAGES = ("data_wait", "h2d", "forward", "backward", "comm", "optimizer", "checkpoint", "weights")
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ and per stage the min, mean and max across ranks, so a straggler shows.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,9 @@ from torch import nn
 
 from trainscope.errors import TrainscopeError
 from trainscope.records import OwnedDir, prepare_run_dir, reopen_run_dir
+from trainscope.records.jsonio import TMP_PREFIX
 from trainscope.runtime.dist import DistInfo, broadcast_object, gather_objects
+from trainscope.runtime.threads import combine
 
 
 def agree_run_dir(info: DistInfo, make: Callable[[], OwnedDir]) -> tuple[Path, OwnedDir | None]:
@@ -82,6 +85,7 @@ def rank_summary(info: DistInfo, summary: dict[str, Any], hostname: str) -> dict
         "clock",
         "steady_state",
         "memory",
+        "cpu",
     )
     return {"rank": info.rank, "local_rank": info.local_rank, "host": hostname} | {
         k: summary.get(k) for k in keys
@@ -95,8 +99,13 @@ def gather_ranks(info: DistInfo, summary: dict[str, Any]) -> None:
         return
     import socket
 
-    every = gather_objects(rank_summary(info, summary, socket.gethostname()), info)
+    host = socket.gethostname()
+    every = gather_objects(rank_summary(info, summary, host), info)
     summary["ranks"] = every
+    # Rank 0's CPU verdict counts every rank on its node as the run's own load.
+    cpu = combine([r.get("cpu") for r in every if r.get("host") == host])
+    if cpu is not None:
+        summary["cpu"] = cpu
     summary["stage_spread"] = stage_spread(every)
     peaks = [r["peak_memory_bytes"] for r in every if r.get("peak_memory_bytes") is not None]
     summary["peak_memory_bytes_max_rank"] = max(peaks) if peaks else None
@@ -129,8 +138,15 @@ def tied_duplicates(model: nn.Module) -> set[str]:
     return dups
 
 
-def save_weights(path: Path, state: dict[str, torch.Tensor], skip: set[str]) -> int:
+def save_weights(
+    path: Path,
+    state: dict[str, torch.Tensor],
+    skip: set[str],
+    before_move: Callable[[], None] | None = None,
+) -> int:
     """Write ``state`` (minus tied duplicates) as safetensors; returns bytes written.
+    ``before_move`` is called once the file is written, before it is moved into place
+    (fault-injection tests kill the process there).
 
     Tied weights are stored once under their first name: ``safetensors.torch.load_model``
     knows the model's ties and restores the others.
@@ -138,5 +154,19 @@ def save_weights(path: Path, state: dict[str, torch.Tensor], skip: set[str]) -> 
     from safetensors.torch import save_file
 
     tensors = {k: v.detach().cpu().contiguous() for k, v in state.items() if k not in skip}
-    save_file(tensors, str(path), metadata={"format": "pt", "writer": "trainscope"})
+    # Written inside a temporary folder of trainscope's own, then moved into place:
+    # safetensors writes a temporary file of its own next to its target, which a run
+    # killed mid-write would leave where --overwrite cannot know it (records.ownership
+    # removes leftover temporary folders).
+    tmp = path.parent / f"{TMP_PREFIX}weights-{os.getpid()}"
+    tmp.mkdir(exist_ok=True)
+    try:
+        save_file(tensors, str(tmp / path.name), metadata={"format": "pt", "writer": "trainscope"})
+        if before_move is not None:
+            before_move()
+        os.replace(tmp / path.name, path)
+    finally:
+        for leftover in tmp.iterdir():  # only after a failed write
+            leftover.unlink()
+        tmp.rmdir()
     return path.stat().st_size

@@ -18,7 +18,13 @@ import torch
 from trainscope.errors import ConfigError, TrainscopeError
 from trainscope.runtime.dist import DistInfo, gather_objects
 from trainscope.textsafe import one_line
-from trainscope.train.checkpoint import Checkpoint, complete_checkpoints, load_checkpoint
+from trainscope.train.checkpoint import (
+    Checkpoint,
+    checked_state,
+    complete_checkpoints,
+    damaged_text,
+    load_checkpoint,
+)
 
 # Config keys a resume may change: how long to train (more epochs), how often to evaluate,
 # log and checkpoint, how the run is measured and launched. Numbers do not depend on them
@@ -144,7 +150,7 @@ def precheck(run_dir: Path, config: dict[str, Any], world_size: int, restarted: 
     was written by a run that differs (by its recorded config and world size), if there
     is none to go on from (unless torchrun restarted the run), or if the run completed
     and no more epochs are asked for. The model and data are compared once built."""
-    from trainscope.records.jsonio import read_json_object, try_json_object
+    from trainscope.records.run_dir import try_summary
 
     found = complete_checkpoints(run_dir / "checkpoints")
     if not found:
@@ -154,16 +160,27 @@ def precheck(run_dir: Path, config: dict[str, Any], world_size: int, restarted: 
             f"--resume {run_dir}: no complete checkpoint to go on from (run with "
             "--checkpoint-every N or --checkpoint-every-epoch to write them)"
         )
-    try:
-        run = read_json_object(found[0].path / "trainer.json").get("run") or {}
-    except TrainscopeError:
-        return  # unreadable: named, and an earlier one tried, when the run loads them
+    # The newest that is whole (a damaged one is named again, and skipped, when the run
+    # loads them); when none is, refused now, naming each, before anything is written.
+    damaged: list[str] = []
+    for ckpt in found:
+        try:
+            run = checked_state(ckpt).get("run") or {}
+            break
+        except TrainscopeError as e:
+            damaged.append(str(e))
+    else:
+        if restarted:
+            return
+        raise TrainscopeError(
+            f"--resume {run_dir}: {damaged_text(run_dir / 'checkpoints', damaged)}"
+        )
     diffs = config_differences(run.get("config") or {}, config)
     if run.get("world_size") not in (None, world_size):
         diffs.append(f"world_size: {run.get('world_size')!r} then, {world_size!r} now")
     if diffs:
-        _refuse(found[0], diffs)
-    previous = try_json_object(run_dir / "summary.json") or {}
+        _refuse(ckpt, diffs)
+    previous = try_summary(run_dir / "summary.json")
     saved = ((run.get("config") or {}).get("train") or {}).get("epochs") or 0
     if previous.get("status") == "completed" and config["train"]["epochs"] <= saved:
         raise ConfigError(
@@ -183,11 +200,12 @@ def _refuse(ckpt: Checkpoint, diffs: list[str]) -> None:
 
 
 def agree_checkpoint(
-    root: Path, info: DistInfo, warn: Any
+    root: Path, info: DistInfo, warn: Any, damaged: list[str] | None = None
 ) -> tuple[Checkpoint, dict[str, Any]] | None:
     """The newest checkpoint step that every rank has complete and can load; each rank
-    loads its own. A damaged one is named (``warn``) and an earlier step tried. None when
-    there is no step every rank can go on from (the run then starts from the beginning)."""
+    loads its own. A damaged one is named (``warn``, and in ``damaged``) and an earlier
+    step tried. None when there is no step every rank can go on from (the run then starts
+    from the beginning)."""
     mine = [c.step for c in complete_checkpoints(root)]
     every = gather_objects(mine, info)
     common = sorted(set.intersection(*(set(s) for s in every)), reverse=True)
@@ -197,6 +215,8 @@ def agree_checkpoint(
             sd: dict[str, Any] | None = load_checkpoint(ckpt)
         except TrainscopeError as e:
             warn(f"{e}; falling back to an earlier checkpoint")
+            if damaged is not None:
+                damaged.append(str(e))
             sd = None
         if all(gather_objects(sd is not None, info)):
             assert sd is not None
@@ -254,17 +274,25 @@ def resume_into(trainer: Any) -> None:
     ctx, writer, state = trainer.ctx, trainer.writer, trainer.state
     previous = gather_objects(ctx.previous, ctx.info)  # every rank's, for how it ended
     ended = how_it_ended(previous)
-    found = agree_checkpoint(writer.run_dir / "checkpoints", ctx.info, trainer._note)
+    damaged: list[str] = []
+    root = writer.run_dir / "checkpoints"
+    found = agree_checkpoint(root, ctx.info, trainer._note, damaged)
     events, highest = recorded_events(writer.run_dir)
     step = epoch = epoch_step = 0
     where = None
     if found is None:
         if not ctx.restarted:
             raise TrainscopeError(
-                f"--resume {writer.run_dir}: no complete checkpoint to go on from (run with "
-                "--checkpoint-every N or --checkpoint-every-epoch to write them)"
+                f"--resume {writer.run_dir}: {damaged_text(root, damaged)}"
+                if damaged
+                else f"--resume {writer.run_dir}: no complete checkpoint to go on from (run "
+                "with --checkpoint-every N or --checkpoint-every-epoch to write them)"
             )
-        trainer._note("restarted with no checkpoint written yet: training from the beginning")
+        trainer._note(
+            "restarted with every checkpoint damaged: training from the beginning"
+            if damaged
+            else "restarted with no checkpoint written yet: training from the beginning"
+        )
     else:
         ckpt, sd = found
         run = sd["run"]
@@ -299,7 +327,7 @@ def resume_into(trainer: Any) -> None:
     )  # fmt: skip
     writer.flush()
     if ctx.info.is_main:  # the config it goes on with (e.g. more epochs), now that it fits
-        writer.write_config(trainer.run_facts()["config"])
+        writer.write_config(trainer.cfg.saved_dict())
     trainer.summary["attempts"] = [
         *earlier_attempts(previous[0] or {}, ended),
         {**trainer.summary["attempts"][-1], "from_step": step, "from_epoch": epoch,

@@ -17,11 +17,11 @@ import torch
 
 from trainscope import outcomes
 from trainscope.config import MULTIPROCESS_STRATEGIES, RunConfig
-from trainscope.errors import ConfigError, Terminated, TrainscopeError
+from trainscope.errors import ConfigError, TrainscopeError
 from trainscope.precision import make_precision
 from trainscope.profiling.system import SystemSampler, clock_origin, process_start
 from trainscope.records import OwnedDir, RunWriter, prepare_run_dir, reopen_run_dir
-from trainscope.records.jsonio import try_json_object
+from trainscope.records.run_dir import try_summary
 from trainscope.runtime import describe_environment, resolve_device
 from trainscope.runtime.device import device_name
 from trainscope.runtime.dist import (
@@ -31,11 +31,12 @@ from trainscope.runtime.dist import (
     rank_device,
     under_torchrun,
 )
+from trainscope.runtime.threads import CpuMeter, apply_threads, plan_threads
 from trainscope.signals import signals_deferred
 from trainscope.strategies import make_strategy
 from trainscope.textsafe import one_line
 from trainscope.tracking import make_sinks
-from trainscope.train import ranks
+from trainscope.train import failures, ranks
 from trainscope.train.console import RunConsole
 from trainscope.train.resume import earlier_attempts, how_it_ended, precheck
 from trainscope.train.trainer import (  # noqa: F401 (build_optimizer, compose, ... re-exported)
@@ -81,10 +82,16 @@ def run(cfg: RunConfig, console: RunConsole | None = None) -> dict[str, Any]:
             f"strategy {cfg.dist.strategy} runs in one process; under torchrun with several "
             f"processes use one of {', '.join(MULTIPROCESS_STRATEGIES)}"
         )
+    # Threads are set before any parallel op, for this process's share of the cores, and
+    # given back after: a notebook or a study keeps its own setting.
+    caller_threads = torch.get_num_threads()
+    threads = plan_threads(cfg.runtime.threads, info.local_world_size)
+    apply_threads(threads)
     try:
         device = rank_device(device, info)
-        return _run(cfg, console, device, info, t_start, restarted)
+        return _run(cfg, console, device, info, t_start, restarted, CpuMeter(threads))
     finally:
+        torch.set_num_threads(caller_threads)
         destroy_distributed(info)
 
 
@@ -103,6 +110,7 @@ def _run(
     info: DistInfo,
     t_start: float,
     restarted: bool = False,
+    cpu: CpuMeter | None = None,
 ) -> dict[str, Any]:
     """:func:`run` once the process group (if any) exists."""
     console = console if console is not None and info.is_main else RunConsole(enabled=False)
@@ -126,6 +134,7 @@ def _run(
     assert owned is not None
     ctx = RunContext(cfg, device, info, t_start, precision, strategy, sinks, console)
     ctx.restarted = restarted
+    ctx.cpu = cpu
     try:
         return _record(ctx, owned)
     finally:
@@ -139,11 +148,11 @@ def _record(ctx: RunContext, owned: OwnedDir) -> dict[str, Any]:
     run_dir = owned.path if info.is_main else owned.path.parent.parent
     outcomes.note_run_dir(run_dir)
     if cfg.resume:
-        _continue_from(ctx, try_json_object(owned.path / "summary.json") or {})
+        _continue_from(ctx, try_summary(owned.path / "summary.json"))
     writer = RunWriter(owned, ctx.attempt)
     if info.is_main and not cfg.resume:  # (a resumed run saves it once the checkpoint fits)
         # Saved without out/overwrite: rerunning config.yaml makes a fresh run directory.
-        writer.write_config({**cfg.to_dict(), "out": None, "overwrite": False, "resume": False})
+        writer.write_config(cfg.saved_dict())
         writer.write_env(describe_environment(device))
         writer.record(dirs=sinks.folders())
     # What is in the sinks' folders now is not theirs (an earlier run's leftovers kept by
@@ -180,6 +189,10 @@ def _record(ctx: RunContext, owned: OwnedDir) -> dict[str, Any]:
     note = strategy.describe().get("note")  # e.g. DataParallel on a single device
     if note:
         console.note(note)
+    if ctx.cpu is not None:
+        crowded = ctx.cpu.plan_note()  # more threads than cores before any other load
+        if crowded:
+            console.note(crowded)
     sinks.start(run_dir, cfg.to_dict(), summary)
     sampler = SystemSampler(
         writer.run_dir / "system.jsonl",
@@ -197,12 +210,18 @@ def _record(ctx: RunContext, owned: OwnedDir) -> dict[str, Any]:
         if summary["status"] != "failed":  # unless the stall watchdog has ended the run
             summary["status"] = "completed"
     except BaseException as e:
+        explained = failures.explain(e, cfg, watchdog)  # the user's or the machine's cause
         if summary["status"] != "failed":  # the stall watchdog may have said why already
-            summary["error"] = describe_failure(e)
+            summary["error"] = failures.describe(e, explained)
         summary["status"] = "failed"
         summary["system"] = sampler.summary()
+        if ctx.cpu is not None and "cpu" not in summary:  # ended before its figures
+            summary["cpu"] = ctx.cpu.section(workers=_int_or_zero(summary.get("num_workers")))
+        if explained:
+            raise TrainscopeError(explained) from e
         raise
     finally:
+        console.stop()  # the progress bar or lines of an epoch a failure cut short
         # A signal now would cut the last write short and leave the record "running": it
         # waits until the record is complete.
         with signals_deferred():
@@ -227,11 +246,6 @@ def _record(ctx: RunContext, owned: OwnedDir) -> dict[str, Any]:
     console.finish(summary, run_dir if info.is_main else None)
     return summary
 
-
-# How gloo and nccl say that the rank at the other end of a collective is gone.
-PEER_LOST = ("Connection reset by peer", "Connection closed by peer", "Broken pipe",
-             "NCCL communicator was aborted", "Connection refused")  # fmt: skip
-PEER_LOST_TEXT = "lost the connection to another rank (it ended or crashed)"
 
 # Exit status of a process ended by the stall watchdog.
 STALL_EXIT = 3
@@ -279,6 +293,10 @@ def _stall_watchdog(
     return watchdog
 
 
+def _int_or_zero(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
@@ -306,16 +324,3 @@ def _continue_from(ctx: RunContext, previous: dict[str, Any]) -> None:
     if isinstance(first, (int, float)) and not isinstance(first, bool):
         now = clock_origin(ctx.t_start)["unix_at_origin"]
         ctx.origin = ctx.t_start - max(0.0, now - first)
-
-
-def describe_failure(e: BaseException) -> str:
-    """The ``error`` of a failed run's summary: what ended it, in one line."""
-    if isinstance(e, KeyboardInterrupt):
-        return "interrupted by the user (Ctrl-C)"
-    if isinstance(e, Terminated):
-        return f"{e} (the run was stopped from outside)"
-    text = " ".join(str(e).split())  # one line, whatever the exception holds
-    if any(mark in text for mark in PEER_LOST):
-        # A collective failed because another rank went away: this rank is not the cause.
-        return f"{PEER_LOST_TEXT} ({type(e).__name__}: {text[:300]})"
-    return text if isinstance(e, TrainscopeError) else f"{type(e).__name__}: {text}"

@@ -69,6 +69,8 @@ class RunContext:
     """A resumed run: this rank's summary as the previous attempt left it."""
     restarted: bool = False
     """Restarted by torchrun after a rank failed (resume from a checkpoint if any)."""
+    cpu: Any = None
+    """The run's :class:`~trainscope.runtime.threads.CpuMeter` (threads, cores, load)."""
 
     def __post_init__(self) -> None:
         if self.origin is None:
@@ -153,6 +155,8 @@ class Trainer:
         cfg, ctx, summary = self.cfg, self.ctx, self.summary
         seed_everything(cfg.train.seed)
         workload = self.workload = build_workload(cfg.workload, cache_dir())
+        for note in workload.notes:  # e.g. a pretrained model's new head
+            self._note(note)
         n_params = sum(p.numel() for p in workload.model.parameters())
         model, self.composed = compose(workload.model, ctx.strategy, ctx.device, cfg.runtime)
         lr = cfg.train.lr * (ctx.info.world_size if cfg.dist.scale_lr else 1)
@@ -509,6 +513,8 @@ class Trainer:
         self._memory_figures()
         self._throughput_figures()
         t0 = time.perf_counter()
+        if ctx.cpu is not None:  # this rank's share of the CPU, before ranks are gathered
+            summary["cpu"] = ctx.cpu.section(workers=summary.get("num_workers") or 0)
         ranks.gather_ranks(ctx.info, summary)
         after = summary["after_wall_s"] = {"summary_figures": t0 - wall_end}
         after.update(gather_ranks=time.perf_counter() - t0, save_weights=0.0)
@@ -561,6 +567,11 @@ class Trainer:
                 f"no known peak FLOP/s for {device.type} at {precision}; set {ENV_VAR} to give one"
             )
 
+    def _weights_fault(self) -> Any:
+        """Tests of a run killed while writing its weights (train.faults) die there."""
+        fault, step = self.fault, self.state.step
+        return (lambda: fault.die_at("weights", step)) if fault is not None else None
+
     def save_weights(self) -> None:
         """model.safetensors (+ the workload's artifacts as JSON), written by rank 0.
 
@@ -574,7 +585,7 @@ class Trainer:
         path = self.writer.run_dir / "model.safetensors"
         self.summary["weights"] = {
             "file": path.name,
-            "bytes": ranks.save_weights(path, full, skip),
+            "bytes": ranks.save_weights(path, full, skip, before_move=self._weights_fault()),
             # The tensors alone (the file adds a header): what the memory meter's parameter
             # and buffer bytes are to equal.
             "tensor_bytes": sum(

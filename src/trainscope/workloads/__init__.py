@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainscope.errors import ConfigError
+from trainscope.errors import ConfigError, TrainscopeError
 
 if TYPE_CHECKING:
     from trainscope.config import WorkloadConfig
@@ -37,12 +37,31 @@ OPTION_CHECKS: dict[str, str] = {
 }
 
 
+# Built-ins whose --data-dir is checked before the run folder exists and before torch is
+# imported ("module:function" taking the folder and raising DataError with what to do):
+# a folder lacking files fails in a moment, not after the start-up and a failed run.
+DATA_CHECKS: dict[str, str] = {
+    "mnist": "trainscope.data.mnist_files:find_mnist_files",
+}
+
+
+def check_data(cfg: WorkloadConfig) -> None:
+    """Refuse a built-in workload's ``data_dir`` that cannot hold its data (torch-free)."""
+    spec = DATA_CHECKS.get(cfg.name)
+    if spec is None or cfg.data_dir is None:
+        return  # without a folder the workload downloads (or says how to) in setup
+    module, _, attr = spec.partition(":")
+    getattr(importlib.import_module(module), attr)(cfg.data_dir)
+
+
 def check_options(cfg: WorkloadConfig) -> None:
-    """Refuse bad ``workload.options`` of a built-in workload before anything is written.
+    """Refuse bad ``workload.options`` of a built-in workload before anything is written,
+    and a data folder that lacks its files (:func:`check_data`).
 
     A user's ``pkg.module:factory`` reads its own options, so they are left to it; its
     module must import, though (a misspelt name is refused here, not as a failed run).
     """
+    check_data(cfg)
     if ":" in cfg.name:
         load_factory(cfg.name)
         return
@@ -138,8 +157,10 @@ def wrap_parts(spec: str, parts: Any) -> Workload:
     task = parts.get("task", "classification")
     num_classes = parts.get("num_classes")
     model = parts["model"]
+    notes = []
     if isinstance(model, str):  # a transformers model by name
-        model = load_by_name(model, task, num_classes, f"workload factory {spec!r}")
+        model, note = load_by_name(model, task, num_classes, f"workload factory {spec!r}")
+        notes.append(note)
     if is_hf_model(model):
         if task == "classification":
             num_classes = num_classes or getattr(model.config, "num_labels", None)
@@ -166,6 +187,7 @@ def wrap_parts(spec: str, parts: Any) -> Workload:
         task=task,
         description=parts.get("description")
         or f"{type(getattr(model, 'net', model)).__name__} from {spec}",
+        notes=notes,
         **extra,
     )
 
@@ -185,7 +207,17 @@ def build_workload(cfg: WorkloadConfig, cache_dir: Path) -> Workload:
     from trainscope.workloads.base import Workload
 
     if ":" in cfg.name:
-        wl = load_factory(cfg.name)(cfg)
+        factory = load_factory(cfg.name)
+        try:
+            wl = factory(cfg)
+        except TrainscopeError:
+            raise  # already one line of trainscope's (a data file it read, say)
+        except Exception as e:  # the user's code failed: said as theirs, not as ours
+            text = " ".join(str(e).split())
+            raise ConfigError(
+                f"workload factory {cfg.name!r} raised {type(e).__name__}: {text}"
+                " (set TRAINSCOPE_DEBUG=1 for the traceback)"
+            ) from e
         if isinstance(wl, (dict, tuple, list)):
             wl = wrap_parts(cfg.name, wl)
         if not isinstance(wl, Workload):

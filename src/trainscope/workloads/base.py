@@ -198,6 +198,9 @@ class Workload:
     artifacts: dict[str, Any] = field(default_factory=dict)
     """JSON-able objects saved beside the weights as ``RUN_DIR/<name>.json`` (e.g. a
     vocabulary), so a run directory alone can rebuild and use the model."""
+    notes: list[str] = field(default_factory=list)
+    """Lines for the console and the summary's ``notes`` when the run sets it up (e.g.
+    what loading a pretrained model found)."""
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:

@@ -101,9 +101,57 @@ AUTO_CLASSES = {
 }
 
 
-def load_by_name(name: str, task: str, num_classes: int | None, who: str) -> nn.Module:
+HEAD_NAMES = ("pre_classifier", "classifier", "score")
+"""Top-level modules of a sequence classifier's head (new when a checkpoint has none)."""
+
+
+def from_pretrained(auto: Any, name: str, **kwargs: Any) -> tuple[nn.Module, str]:
+    """``auto.from_pretrained(name, **kwargs)`` with transformers' own load report and
+    progress bar held back, and a line of trainscope's instead: what was loaded, and that
+    a head the checkpoint lacks is new (expected for a new task; transformers reports it
+    as "MISSING" in a table). Other weights the checkpoint lacked or did not use are
+    named in that line too: those are not expected."""
+    log = importlib.import_module("transformers.utils.logging")
+    level, bars = log.get_verbosity(), log.is_progress_bar_enabled()
+    log.set_verbosity_error()
+    log.disable_progress_bar()
+    try:
+        model, info = auto.from_pretrained(name, output_loading_info=True, **kwargs)
+    finally:
+        log.set_verbosity(level)
+        if bars:
+            log.enable_progress_bar()
+    return model, load_note(name, type(model).__name__, info)
+
+
+def load_note(name: str, model_class: str, info: Mapping[str, Any]) -> str:
+    """One line on what loading ``name`` found (see :func:`from_pretrained`)."""
+    missing = sorted(info.get("missing_keys") or [])
+    unused = sorted(info.get("unexpected_keys") or [])
+    head = [k for k in missing if k.split(".")[0] in HEAD_NAMES]
+    other = [k for k in missing if k not in head]
+    text = f"pretrained {name}: weights loaded into {model_class}"
+    if head:
+        text += (
+            f"; its classification head ({', '.join(head)}) is new, randomly initialised as "
+            "expected for a new task (transformers lists it as MISSING)"
+        )
+    if other:
+        text += f"; not in the checkpoint, so random too: {_some(other)}"
+    if unused:
+        text += f"; in the checkpoint but unused: {_some(unused)}"
+    return text
+
+
+def _some(keys: list[str], shown: int = 4) -> str:
+    more = f" and {len(keys) - shown} more" if len(keys) > shown else ""
+    return f"{len(keys)} weight(s) ({', '.join(keys[:shown])}{more})"
+
+
+def load_by_name(name: str, task: str, num_classes: int | None, who: str) -> tuple[nn.Module, str]:
     """A ``transformers`` model for ``task`` from a hub name or local folder, with the
-    task's head (a new, randomly initialised head where the checkpoint has none).
+    task's head (a new, randomly initialised head where the checkpoint has none), and a
+    line saying what loading found (:func:`from_pretrained`).
 
     Classification needs ``num_classes``; regression gets one output. Loading follows
     transformers' own rules (its cache; HF_HUB_OFFLINE=1 stays offline).
@@ -120,6 +168,6 @@ def load_by_name(name: str, task: str, num_classes: int | None, who: str) -> nn.
         kwargs.update(num_labels=1, problem_type="regression")
     auto = getattr(transformers, AUTO_CLASSES[task])
     try:
-        return auto.from_pretrained(name, **kwargs)
+        return from_pretrained(auto, name, **kwargs)
     except (OSError, ValueError, KeyError) as e:
         raise ConfigError(f"{who}: cannot load model {name!r}: {first_line(e)}") from None

@@ -39,7 +39,7 @@ from trainscope.data.glue import (
 )
 from trainscope.errors import ConfigError, DataError
 from trainscope.workloads.base import Workload
-from trainscope.workloads.hf import HFModel, first_line
+from trainscope.workloads.hf import HEAD_NAMES, HFModel, first_line, from_pretrained
 
 # (layers, hidden size, attention heads), as the compact BERTs of Turc et al. (2019)
 # and BERT-base; the feed-forward width is 4x the hidden size.
@@ -52,7 +52,7 @@ SIZES: dict[str, tuple[int, int, int]] = {
 MODELS = ("bert", "roberta")
 MAX_POSITIONS = 512  # position embeddings of BERT and RoBERTa: max_length cannot exceed it
 LORA_DEFAULT_TARGETS = ("query", "value")  # BERT/RoBERTa attention projection names
-HEAD_NAMES = ("pre_classifier", "classifier", "score")  # classification heads kept trainable
+# HEAD_NAMES: the classification heads, kept trainable under LoRA.
 
 DEFAULT_OPTIONS: dict[str, Any] = {
     "task": "SST-2",
@@ -228,13 +228,17 @@ def scratch_model(
     return transformers.RobertaForSequenceClassification(config)
 
 
-def pretrained_model(name: str, num_labels: int, *, download: bool) -> tuple[nn.Module, Any]:
-    """A hub model and its tokenizer; ``download=False`` uses the local cache only."""
+def pretrained_model(name: str, num_labels: int, *, download: bool) -> tuple[nn.Module, Any, str]:
+    """A model from the hub or a local folder, its tokenizer, and a line saying what
+    loading found (a new head); ``download=False`` uses the local cache only."""
     transformers = _require("transformers")
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(name, local_files_only=not download)
-        net = transformers.AutoModelForSequenceClassification.from_pretrained(
-            name, num_labels=num_labels, local_files_only=not download
+        net, note = from_pretrained(
+            transformers.AutoModelForSequenceClassification,
+            name,
+            num_labels=num_labels,
+            local_files_only=not download,
         )
     except OSError as e:
         # Hub, network and cache errors are all OSError subclasses; the first line says which.
@@ -246,7 +250,7 @@ def pretrained_model(name: str, num_labels: int, *, download: bool) -> tuple[nn.
         raise ConfigError(
             f"cannot load pretrained {name} as a sequence classifier: {first_line(e)}"
         ) from None
-    return net, tokenizer
+    return net, tokenizer, note
 
 
 def add_lora(net: nn.Module, opts: TextClsOptions) -> tuple[nn.Module, dict[str, Any]]:
@@ -316,10 +320,12 @@ def text_cls(cfg: WorkloadConfig, cache_dir: Path) -> Workload:
     )
 
     encoder: TextEncoder
+    notes: list[str] = []
     if opts.pretrained is not None:
-        net, hf_tokenizer = pretrained_model(
+        net, hf_tokenizer, note = pretrained_model(
             opts.pretrained, task.num_labels, download=cfg.download
         )
+        notes.append(note)
         encoder = PretrainedEncoder(hf_tokenizer)
         arch = f"pretrained {opts.pretrained}"
         artifacts: dict[str, Any] = {}
@@ -381,4 +387,5 @@ def text_cls(cfg: WorkloadConfig, cache_dir: Path) -> Workload:
         tokens_per_sample=None,  # variable length: the mean is in info
         info=info,
         artifacts=artifacts,
+        notes=notes,
     )
