@@ -12,14 +12,13 @@ import pytest
 import torch
 
 from tests.reports.runs import COMPLETED, write_run
-from trainscope.config import RunConfig, from_dict
-from trainscope.records import RunWriter, prepare_run_dir
+from tests.reports.test_honest_numbers import Planted, report_of
+from trainscope.config import from_dict
 from trainscope.reports.compare import build_comparison, print_comparison
 from trainscope.reports.run_report import build_run_report, print_report
 from trainscope.reports.stats import fmt_mean_std, fmt_sig
-from trainscope.reports.study_report import StudyReport, build_study_report, print_study_report
+from trainscope.reports.study_report import StudyReport, print_study_report
 from trainscope.studies import checkpointing, precision, strategies
-from trainscope.studies.base import execute
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -27,45 +26,7 @@ pytestmark = pytest.mark.timeout(120)
 EXPONENT = re.compile(r"\d\.?\d*[eE][+-]?\d")
 MIB = 2**20
 CPU = torch.device("cpu")
-BASE = from_dict({"runtime": {"device": "cpu"}, "train": {"epochs": 1}}).to_dict()
-
-
-class Planted:
-    """A study's ``run_fn`` writing the summary planted for each run id ("config/rK")
-    (as in test_honest_numbers); anything not planted gets a plain completed summary."""
-
-    def __init__(self, summaries: dict[str, dict[str, Any]], fresh: bool = False) -> None:
-        self.summaries = summaries
-        self.fresh = fresh
-
-    def __call__(self, cfg: RunConfig, console: Any) -> dict[str, Any]:
-        run_dir = Path(cfg.out)
-        writer = RunWriter(prepare_run_dir(cfg.out, True))
-        try:
-            for step in range(1, 11):
-                stages = {"data_wait": 0.001, "forward": 0.002, "backward": 0.003}
-                writer.log("step", step=step, epoch=1, batch_size=8, t=0.01 * step, stages=stages)
-            writer.close()
-            summary = {
-                "status": "completed",
-                "error": None,
-                "workload": "digits",
-                "device": "cpu",
-                "precision": cfg.runtime.precision,
-                "peak_memory_kind": "process_peak_rss",
-                "process": {"startup_s": 2.0, "time_s": 3.0, "runs_before": 0 if self.fresh else 1},
-                "steady_state": {"warmup_steps": 5},
-                **self.summaries.get(f"{run_dir.parent.name}/{run_dir.name}", {}),
-            }
-            writer.write_summary(summary)
-            return summary
-        finally:
-            writer.release()
-
-
-def report_of(plan: Any, tmp_path: Path, planted: Planted) -> StudyReport:
-    execute(plan, tmp_path / "study", say=lambda _: None, run_fn=planted)
-    return build_study_report(tmp_path / "study")
+BASE = from_dict({"runtime": {"device": "cpu", "threads": 2}, "train": {"epochs": 1}}).to_dict()
 
 
 @pytest.fixture
