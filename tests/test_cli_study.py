@@ -209,6 +209,17 @@ def test_dry_run_lists_the_plan_and_runs_nothing(capsys, tmp_path):
     assert not out_dir.exists() and not (tmp_path / "studies").exists()
 
 
+def test_a_dry_run_marks_a_configuration_outside_the_core_budget(capsys, tmp_path):
+    argv = ["study", "strategies", "--threads", "3", "--strategies", "single,ddp"]
+    code, out, err = run_main(capsys, *argv, "--dry-run", "--repeats", "1")
+    assert code == 0, err
+    lines = {line.split(":")[0].strip(): line for line in out.splitlines()[1:]}
+    assert lines["single/r1"].endswith("runtime.threads=3")
+    assert lines["ddp/r1"].endswith(
+        "runtime.threads=1  (not within the core budget of 3: compared in no finding)"
+    )
+
+
 def test_a_study_says_what_it_plans_and_how_long_is_left(capsys, tmp_path):
     code, _, err = run_main(capsys, *tiny_profile(tmp_path / "p", repeats=2), "--no-report")
     assert code == 0, err

@@ -534,6 +534,9 @@ def _print_plan(plan: Any) -> None:
             continue
         what = ", ".join(f"{k}={v}" for k, v in r.overrides.items()) or "the base config"
         state = "" if r.applicable else f"  (not applicable: {r.reason})"
+        if r.labels.get("budget_kept") is False:
+            budget = plan.options.get("core_budget")
+            state += f"  (not within the core budget of {budget}: compared in no finding)"
         print(terminal_text(f"  {r.id}: {what}{state}"))
 
 
