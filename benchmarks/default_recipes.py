@@ -91,11 +91,13 @@ def summarise(rows: list[dict], workload: str) -> list[str]:
         if not got:
             lines.append(f"{isa}: no completed run")
             continue
-        scale, unit = (100.0, "%") if higher else (1.0, "")
-        each = ", ".join(f"{scale * v:.2f}" for v in got)
+        # Accuracy in percent to 2 decimals; a loss to 3.
+        scale, unit, places = (100.0, "%", 2) if higher else (1.0, "", 3)
+        each = ", ".join(f"{scale * v:.{places}f}" for v in got)
+        mid, lo, hi = (scale * f(got) for f in (statistics.median, min, max))
         lines.append(
-            f"{isa}: {name} median {scale * statistics.median(got):.2f}{unit} "
-            f"(min {scale * min(got):.2f}, max {scale * max(got):.2f}, n={len(got)}); runs: {each}"
+            f"{isa}: {name} median {mid:.{places}f}{unit} (min {lo:.{places}f}, "
+            f"max {hi:.{places}f}, n={len(got)}); runs: {each}"
         )
     return lines
 
