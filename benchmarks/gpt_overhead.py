@@ -55,7 +55,7 @@ def one(kind: str, args: argparse.Namespace) -> float:
     from trainscope.precision import Precision
     from trainscope.profiling.timer import HostStageTimer
     from trainscope.records import RunWriter
-    from trainscope.train.loop import TrainState, train_epoch
+    from trainscope.train.loop import EpochOptions, TrainState, train_epoch
 
     wl, loader, opt = setup(args)
     model, cpu = wl.model, torch.device("cpu")
@@ -89,15 +89,14 @@ def one(kind: str, args: argparse.Namespace) -> float:
 
         # Warm-up steps as an epoch of their own, then the timed epoch (the same loader:
         # each epoch starts a fresh iterator, as in a run).
-        train_epoch(state, loader, HostStageTimer(), max_steps=args.warmup, log_every=10)
+        warmup = EpochOptions(max_steps=args.warmup, log_every=10)
+        train_epoch(state, loader, HostStageTimer(), warmup)
         t0 = time.perf_counter()
         train_epoch(
             state,
             loader,
             HostStageTimer(),
-            max_steps=args.steps,
-            log_every=args.log_every,
-            on_steps=on_steps,
+            EpochOptions(max_steps=args.steps, log_every=args.log_every, on_steps=on_steps),
         )
         elapsed = time.perf_counter() - t0
         writer.close()
@@ -111,7 +110,7 @@ def interleaved(args: argparse.Namespace) -> None:
     from trainscope.precision import Precision
     from trainscope.profiling.timer import HostStageTimer
     from trainscope.records import RunWriter
-    from trainscope.train.loop import TrainState, train_epoch
+    from trainscope.train.loop import EpochOptions, TrainState, train_epoch
 
     wl, data, opt = setup(args)
     model, cpu = wl.model, torch.device("cpu")
@@ -150,9 +149,8 @@ def interleaved(args: argparse.Namespace) -> None:
             writer.flush()
 
         def ts_block() -> None:
-            train_epoch(
-                state, Block(), HostStageTimer(), log_every=args.log_every, on_steps=on_steps
-            )
+            options = EpochOptions(log_every=args.log_every, on_steps=on_steps)
+            train_epoch(state, Block(), HostStageTimer(), options)
 
         bare_block()  # warm-up of both paths, not timed
         ts_block()

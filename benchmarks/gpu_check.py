@@ -237,20 +237,19 @@ def section_stages(opts: argparse.Namespace, sz: dict[str, Any], device: Any) ->
     from torch.profiler import ProfilerActivity, profile
 
     from trainscope.profiling.timer import make_stage_timer
-    from trainscope.train.loop import train_epoch
+    from trainscope.train.loop import EpochOptions, train_epoch
 
     wl, loader, state = gpt_setup(opts, sz, device)
     timer = AnnotatedTimer(make_stage_timer(device, "auto"))
     # Warm-up: allocator growth, cuBLAS/cuDNN handles and autotuning, not profiled.
-    train_epoch(state, loader, timer, max_steps=sz["profile_warmup"])
+    train_epoch(state, loader, timer, EpochOptions(max_steps=sz["profile_warmup"]))
     records: list[dict[str, Any]] = []
     cuda = device.type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     skip = sz["profile_skip"]  # the profiler's own start-up slows the first steps it sees
     with profile(activities=activities) as prof:
-        train_epoch(
-            state, loader, timer, max_steps=skip + sz["profile_steps"], on_steps=records.extend
-        )
+        options = EpochOptions(max_steps=skip + sz["profile_steps"], on_steps=records.extend)
+        train_epoch(state, loader, timer, options)
     trace_path = Path(opts.tmp) / "trace.json"
     prof.export_chrome_trace(str(trace_path))
     trace = json.loads(trace_path.read_text())
@@ -302,7 +301,7 @@ def section_overhead(opts: argparse.Namespace, sz: dict[str, Any], device: Any) 
 
     from trainscope.profiling.timer import make_stage_timer
     from trainscope.records import RunWriter
-    from trainscope.train.loop import train_epoch
+    from trainscope.train.loop import EpochOptions, train_epoch
     from trainscope.workloads.base import move_to
 
     wl, loader, state = gpt_setup(opts, sz, device)
@@ -336,7 +335,8 @@ def section_overhead(opts: argparse.Namespace, sz: dict[str, Any], device: Any) 
             torch.stack(losses).float().cpu().tolist()
 
     def instrumented() -> None:
-        train_epoch(state, Block(stream, k), timer, log_every=log_every, on_steps=on_steps)
+        options = EpochOptions(log_every=log_every, on_steps=on_steps)
+        train_epoch(state, Block(stream, k), timer, options)
 
     kinds = {"bare": bare, "trainscope": instrumented}
     for fn in kinds.values():  # warm-up block of each, not timed

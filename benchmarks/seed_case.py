@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import argparse
 
-from trainscope.collectives.model import given, terms
+from trainscope.collectives.cost_model import given, terms
 from trainscope.collectives.predict import GradTensors, predict
 from trainscope.collectives.predict_cli import INTERCONNECTS
 from trainscope.estimate.archs import named

@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from trainscope.precision import Precision
 from trainscope.profiling.timer import HostStageTimer
-from trainscope.train.loop import TrainState, train_epoch
+from trainscope.train.loop import EpochOptions, TrainState, train_epoch
 from trainscope.workloads.lenet import LeNet5
 
 CPU = torch.device("cpu")
@@ -55,7 +55,8 @@ def instrumented_epoch(state: TrainState, loader: DataLoader, log_every: int = 1
         for r in records:
             sink.write(json.dumps({"event": "step", **r}) + "\n")
 
-    train_epoch(state, loader, HostStageTimer(), log_every=log_every, on_steps=on_steps)
+    options = EpochOptions(log_every=log_every, on_steps=on_steps)
+    train_epoch(state, loader, HostStageTimer(), options)
 
 
 def per_step_us(fn, state: TrainState, loader: DataLoader, repeats: int) -> list[float]:

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from trainscope.cli import main
-from trainscope.config import MULTIPROCESS_STRATEGIES
+from trainscope.registry import multiprocess_names
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300), pytest.mark.usefixtures("one_thread")]
 
@@ -92,7 +92,7 @@ def test_an_example_in_one_process(example: str, flags: list[str], tmp_path: Pat
 
 
 @pytest.mark.parametrize("example", EXAMPLES)
-@pytest.mark.parametrize("strategy", MULTIPROCESS_STRATEGIES)
+@pytest.mark.parametrize("strategy", multiprocess_names())
 def test_an_example_on_two_processes(example: str, strategy: str, tmp_path: Path) -> None:
     out = tmp_path / "run"
     summary = run_example(example, out, "--strategy", strategy, "--nproc", "2")

@@ -13,15 +13,20 @@ import pytest
 import torch
 from torch.distributed.run import get_args_parser
 
+import trainscope
+from trainscope import launch as launch_module
+from trainscope import outcomes
 from trainscope.cli import build_parser, main, overrides_from_args
 from trainscope.config import USER_OMP_ENV, DistConfig, RunConfig, from_dict, resolve
-from trainscope.errors import ConfigError, DeviceError
+from trainscope.errors import ConfigError, DeviceError, TrainscopeError
 from trainscope.launch import (
     AGENT_CODE,
     WORKER_CODE,
     check_launch,
     launch_env,
     needs_launch,
+    run_any,
+    run_or_launch,
     torchrun_argv,
 )
 
@@ -197,6 +202,79 @@ def test_no_launch_under_torchrun(no_torchrun_env: pytest.MonkeyPatch) -> None:
     no_torchrun_env.setenv("WORLD_SIZE", "2")
     no_torchrun_env.setenv("LOCAL_RANK", "1")
     assert not needs_launch(cfg)  # a worker never launches again
+
+
+# ------------------------------------------------------------------------ run_or_launch
+
+
+def fake_launch(
+    monkeypatch: pytest.MonkeyPatch, code: int = 0, error: str | None = None
+) -> list[tuple[list[str] | None, bool]]:
+    """``launch`` replaced: each call's extra arguments and torchrun flag are kept, and a
+    completed run's summary is left where a launched run writes it."""
+    calls: list[tuple[list[str] | None, bool]] = []
+
+    def launch(cfg: RunConfig, extra: list[str] | None = None, *, torchrun: bool = True):
+        calls.append((extra, torchrun))
+        if code == 0:
+            Path(cfg.out).mkdir(parents=True, exist_ok=True)
+            (Path(cfg.out) / "summary.json").write_text('{"status": "completed", "steps": 3}')
+        return outcomes.LaunchResult(code, error, Path(cfg.out))
+
+    monkeypatch.setattr(launch_module, "launch", launch)
+    return calls
+
+
+def test_run_or_launch_launches_what_needs_processes(
+    no_torchrun_env: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    calls = fake_launch(no_torchrun_env)
+    cfg = from_dict({"dist": {"strategy": "ddp", "nproc": 2}, "out": str(tmp_path / "a")})
+    outcome = run_or_launch(cfg, extra_args=["--quiet"])
+    assert outcome.launched and outcome.code == 0 and outcome.error is None
+    assert outcome.summary == {"status": "completed", "steps": 3}  # read back
+    # One process in a process of its own: launched, without torchrun.
+    cfg = from_dict({"out": str(tmp_path / "b")})
+    assert run_or_launch(cfg, fresh_process=True).launched
+    assert calls == [(["--quiet"], True), (None, False)]
+
+
+def test_the_cli_the_api_and_studies_launch_through_run_or_launch(
+    no_torchrun_env: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    seen: list[tuple[bool, list[str] | None]] = []
+
+    def spy(cfg: RunConfig, console: Any = None, *, fresh_process: bool = False,
+            extra_args: list[str] | None = None) -> Any:  # fmt: skip
+        seen.append((fresh_process, extra_args))
+        return launch_module.RunOutcome(0, {"status": "completed"}, launched=True)
+
+    no_torchrun_env.setattr(launch_module, "run_or_launch", spy)
+    ddp = ["--strategy", "ddp", "--nproc", "2"]
+    assert main(["run", *ddp, "--out", str(tmp_path / "cli"), "-q"]) == 0
+    result = trainscope.run(strategy="ddp", nproc=2, out=str(tmp_path / "api"), quiet=True)
+    assert result.status == "completed"
+    assert run_any(from_dict({"out": str(tmp_path / "s")}), fresh_process=True) == {
+        "status": "completed"
+    }
+    assert seen == [
+        (False, ["--quiet"]),
+        (False, ["--quiet", "--no-progress"]),
+        (True, ["--quiet", "--no-progress"]),
+    ]
+
+
+def test_a_failed_launch_is_one_line_for_each_caller(
+    no_torchrun_env: pytest.MonkeyPatch, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    fake_launch(no_torchrun_env, code=1, error="rank 1: boom")
+    ddp = ["--strategy", "ddp", "--nproc", "2"]
+    assert main(["run", *ddp, "--out", str(tmp_path / "cli"), "-q"]) == 1
+    assert capfd.readouterr().err.splitlines() == ["trainscope: error: rank 1: boom"]
+    result = trainscope.run(strategy="ddp", nproc=2, out=str(tmp_path / "api"), quiet=True)
+    assert result.summary == {"status": "failed", "error": "rank 1: boom"}
+    with pytest.raises(TrainscopeError, match=r"failed \(exit 1\): rank 1: boom"):
+        run_any(from_dict({"out": str(tmp_path / "s")}), fresh_process=True)
 
 
 # ------------------------------------------------------------------------------ the CLI

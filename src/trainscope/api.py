@@ -92,27 +92,21 @@ def run(
     cfg = from_dict(merge(base, overrides))
     _deletion_from_command_line(cfg, overrides, config_file)
     cfg.runtime.progress = progress
-    from trainscope.launch import launch, needs_launch
-
-    if needs_launch(cfg):
-        from trainscope.records.jsonio import try_json_object
-        from trainscope.train.run import default_out
-
-        if cfg.out is None:  # every rank and this process must agree on the directory
-            cfg.out = str(default_out(cfg))
-        result = launch(cfg, ["--quiet"] * quiet + ["--no-progress"] * (not progress))
-        summary = try_json_object(Path(cfg.out) / "summary.json") or {
-            "status": "failed",
-            "error": result.error or f"the launched run exited {result.code}",
-        }
-        return RunResult(summary, Path(cfg.out))
+    from trainscope.launch import run_or_launch
     from trainscope.train.console import RunConsole
     from trainscope.train.run import default_out
-    from trainscope.train.run import run as train
 
-    if cfg.out is None:
+    if cfg.out is None:  # every rank and this process must agree on the directory
         cfg.out = str(default_out(cfg))
-    summary = train(cfg, RunConsole(enabled=not quiet, progress=progress))
+    outcome = run_or_launch(
+        cfg,
+        RunConsole(enabled=not quiet, progress=progress),
+        extra_args=["--quiet"] * quiet + ["--no-progress"] * (not progress),
+    )
+    summary = outcome.summary or {
+        "status": "failed",
+        "error": outcome.error or f"the launched run exited {outcome.code}",
+    }
     return RunResult(summary, Path(cfg.out))
 
 

@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 
 import yaml
 
-from trainscope import __version__
+from trainscope import __version__, registry
 from trainscope.cli_flags import FLAG_GROUPS, RUN_FLAGS, flag_group, refuse_what_the_study_sets
 from trainscope.errors import ConfigError, Terminated, TrainscopeError
 from trainscope.recipes import recipes_help
@@ -125,25 +125,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-STUDY_HELP = {
-    "loader": "num_workers sweep (data-only epochs), pin/persistent variants, fast path, "
-    "and data wait vs compute per iteration",
-    "profile": "stage breakdown of a training run, with the biggest stage and what to do",
-    "precision": "fp32 vs tf32 vs fp16+GradScaler vs bf16: loss, accuracy, time, memory",
-    "strategies": "single, dp, ddp, fsdp, gather-scatter, allreduce per tensor and bucketed "
-    "(--nproc N processes): accuracy, time and communication per iteration (beside the "
-    "alpha-beta model's prediction with --cost-model), memory per rank",
-    "checkpointing": "activation checkpointing none / every-K / selective / full: saved "
-    "activations vs step time (default workload: a 4-block gpt-char)",
-}
-
-
 def _add_run_flags(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
     p.add_argument("--config", metavar="YAML", help="config file (e.g. a saved run's config.yaml)")
     groups = {title: p.add_argument_group(title) for title, _ in FLAG_GROUPS}
     for flag, (dest, kwargs) in RUN_FLAGS.items():
         if flag not in skip:
             group = groups.get(flag_group(dest)) or p
+            if callable(kwargs.get("help")):  # a list read from a registry now
+                kwargs = {**kwargs, "help": kwargs["help"]()}
             group.add_argument(flag, dest=dest, default=argparse.SUPPRESS, **kwargs)
     p.add_argument(
         "--set",
@@ -164,8 +153,9 @@ def _add_study_parser(sub: Any) -> None:
         "completed runs are kept.",
     )
     kinds = p_study.add_subparsers(dest="study", metavar="NAME", parser_class=_Parser)
-    for name, text in STUDY_HELP.items():
-        p = kinds.add_parser(name, help=text, description=text)
+    fresh_by_default = [n for n, e in registry.STUDIES.items() if e.fresh_process]
+    for name, entry in registry.STUDIES.items():
+        p = kinds.add_parser(name, help=entry.help, description=entry.help)
         _add_run_flags(p, skip=("--out", "--overwrite"))
         p.add_argument(
             "--out", metavar="DIR", help="study directory (default runs/studies/NAME-<time>)"
@@ -189,62 +179,12 @@ def _add_study_parser(sub: Any) -> None:
             default=None,
             help="run every configuration in a process of its own, so setup time and peak "
             "memory are each run's own (default on for "
-            + ", ".join(FRESH_BY_DEFAULT)
-            + "; off for loader: many short runs)",
+            + ", ".join(fresh_by_default)
+            + "; off for the others: loader's many short runs, and studies whose figures "
+            "are each run's own anyway)",
         )
-        if name == "loader":
-            p.add_argument(
-                "--workers", default="0-10", metavar="LIST", help="num_workers values (0-10)"
-            )
-            p.add_argument(
-                "--sweep-epochs", type=int, default=3, metavar="N", help="epochs per sweep run"
-            )
-            p.add_argument(
-                "--iter-workers",
-                default="0,2,4",
-                metavar="LIST",
-                help="num_workers values of the per-iteration training runs (0,2,4)",
-            )
-            p.add_argument("--iter-epochs", type=int, default=2, metavar="N")
-            p.add_argument(
-                "--iter-steps", type=int, default=50, metavar="N", help="steps per epoch (50)"
-            )
-        if name == "strategies":
-            p.add_argument(
-                "--strategies",
-                default=",".join(STRATEGY_CONFIGS),
-                metavar="LIST",
-                help="configurations to compare (default all: " + ",".join(STRATEGY_CONFIGS) + ")",
-            )
-            p.add_argument(
-                "--cost-model",
-                metavar="DIR",
-                help="a `trainscope collectives` study: its fitted latency and bandwidth "
-                "predict each strategy's communication, shown beside the measured",
-            )
-        if name == "checkpointing":
-            p.add_argument(
-                "--policies",
-                default="none,every-2,selective,full",
-                metavar="LIST",
-                help="policies to compare (default none,every-2,selective,full)",
-            )
-        if name == "precision":
-            p.add_argument(
-                "--precisions",
-                default="fp32,tf32,fp16,bf16",
-                metavar="LIST",
-                help="precisions to compare (default all four)",
-            )
-
-
-# Studies that compare setup time or memory run each configuration in a fresh process
-# unless told otherwise (the modules' FRESH_PROCESS; named here so --help imports no torch).
-FRESH_BY_DEFAULT = ("profile", "precision", "strategies")
-
-# The strategies study's configurations (kept here too: --help must not import torch).
-STRATEGY_CONFIGS = ("single", "dp", "ddp-1proc", "ddp", "fsdp", "gather-scatter", "allreduce",
-                    "allreduce-bucketed")  # fmt: skip
+        for flag in entry.flags:  # the study's own flags, from its registry entry
+            p.add_argument(*flag.names, **dict(flag.kwargs))
 
 
 _EXPONENT_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+")
@@ -284,20 +224,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_data(cfg.workload)  # the data folder too: before the run folder and torch
     if args.no_progress:
         cfg.runtime.progress = False
-    from trainscope.launch import launch, needs_launch
-
-    if needs_launch(cfg):
-        extra = ["--quiet"] * args.quiet + ["--no-progress"] * args.no_progress
-        result = launch(cfg, extra)
-        if result.error is not None:
-            raise TrainscopeError(result.error)
-        return result.code
+    from trainscope.launch import run_or_launch
     from trainscope.train.console import RunConsole
-    from trainscope.train.run import run
 
     console = RunConsole(enabled=not args.quiet, progress=cfg.runtime.progress)
-    summary = run(cfg, console)
-    return 0 if summary["status"] == "completed" else 1
+    extra = ["--quiet"] * args.quiet + ["--no-progress"] * args.no_progress
+    outcome = run_or_launch(cfg, console, extra_args=extra)
+    if outcome.error is not None:
+        raise TrainscopeError(outcome.error)
+    return outcome.code
 
 
 def _resume_config(run_dir: str, overrides: dict[str, Any], config: str | None) -> str:
@@ -404,91 +339,12 @@ def cmd_sample(args: argparse.Namespace) -> int:
     return 0
 
 
-def _name_list(flag: str, text: str, allowed: Sequence[str]) -> list[str]:
-    """A comma-separated list of names, each one of ``allowed`` (one clear error if not)."""
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    bad = [n for n in names if n not in allowed]
-    if bad or not names:
-        raise ConfigError(
-            f"--{flag}: unknown {', '.join(bad) or '(empty)'}; choose from {', '.join(allowed)}"
-        )
-    return names
-
-
-def _positive_arg(name: str, value: int) -> int:
-    if value < 1:
-        raise ConfigError(f"--{name} must be at least 1, got {value}")
-    return value
-
-
 def cmd_study(args: argparse.Namespace) -> int:
     """``trainscope study NAME``: plan, execute (resumably), report."""
     if args.study is None:
-        raise ConfigError("study needs a NAME: " + ", ".join(STUDY_HELP))
-    from trainscope.config import resolve
-
-    overrides = overrides_from_args(args)
-    refuse_what_the_study_sets(args.study, overrides)
-    if args.study == "strategies":
-        # --nproc is the study's process count, --bucket-mb allreduce-bucketed's bucket;
-        # each configuration sets its own strategy.
-        nproc = overrides.pop("dist.nproc", 2)
-        bucket_mb = overrides.pop("dist.bucket_mb", 25.0)
-    if args.study == "checkpointing":
-        if args.config is None and "workload.name" not in overrides:
-            from trainscope.studies.checkpointing import DEFAULT_WORKLOAD
-
-            overrides = {**DEFAULT_WORKLOAD, **overrides}
-    cfg = resolve(args.config, overrides)
-    check_data(cfg.workload)
-    base = {**cfg.to_dict(), "out": None, "overwrite": False, "resume": False}
-    options: dict[str, Any] = {
-        "repeats": _positive_arg("repeats", args.repeats),
-        "warmup": args.warmup,
-    }
-    if args.study == "loader":
-        from trainscope.studies.loader import parse_int_list
-
-        try:
-            options["workers"] = parse_int_list(args.workers)
-            options["iter_workers"] = parse_int_list(args.iter_workers)
-        except ValueError as e:
-            raise ConfigError(str(e)) from None
-        options["sweep_epochs"] = _positive_arg("sweep-epochs", args.sweep_epochs)
-        options["iter_epochs"] = _positive_arg("iter-epochs", args.iter_epochs)
-        options["iter_steps"] = _positive_arg("iter-steps", args.iter_steps)
-    if args.study == "precision":
-        from trainscope.config import PRECISIONS
-
-        options["precisions"] = _name_list("precisions", args.precisions, PRECISIONS)
-    if args.study == "checkpointing":
-        from trainscope.config import checkpointing_policy
-
-        policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-        for p in policies:
-            checkpointing_policy(p)
-        if not policies:
-            raise ConfigError("--policies: give at least one policy")
-        options["policies"] = policies
-    if args.study == "strategies":
-        options["strategies"] = _name_list("strategies", args.strategies, STRATEGY_CONFIGS)
-        options["nproc"] = _positive_arg("nproc", nproc)
-        from trainscope.studies.strategies_model import study_options
-
-        options.update(
-            study_options(bucket_mb, args.cost_model, options["strategies"], options["nproc"])
-        )
-        for note in (options.get("cost_model") or {}).get("notes") or []:
-            if not args.quiet:  # e.g. a sweep fitted on another world size
-                print(f"trainscope: note: {terminal_text(note)}", file=sys.stderr)
-    import importlib
-
-    from trainscope.runtime import resolve_device
-    from trainscope.studies.base import execute
-
-    planner = importlib.import_module(f"trainscope.studies.{args.study}")
-    device = resolve_device(cfg.runtime.device)
-    plan = planner.plan(base, device, **options)
+        raise ConfigError("study needs a NAME: " + ", ".join(registry.STUDIES))
+    entry = registry.STUDIES[args.study]
+    plan = _plan_study(args, entry)
     if args.dry_run:
         _print_plan(plan)
         return 0
@@ -498,10 +354,10 @@ def cmd_study(args: argparse.Namespace) -> int:
         if not args.quiet:  # run names and errors are record text: shown, never obeyed
             print(terminal_text(text), file=sys.stderr)
 
+    from trainscope.studies.base import execute
+
     run_fn = None
-    fresh = args.fresh_processes
-    if fresh is None:
-        fresh = getattr(planner, "FRESH_PROCESS", False)
+    fresh = entry.fresh_process if args.fresh_processes is None else args.fresh_processes
     # Part of the plan: the report says how the runs were executed and what that implies.
     plan.options["execution"] = "process per run" if fresh else "one process"
     if fresh:
@@ -522,6 +378,30 @@ def cmd_study(args: argparse.Namespace) -> int:
         if not args.quiet:
             print_study_report(report)
     return 1 if result.failed else 0
+
+
+def _plan_study(args: argparse.Namespace, entry: registry.StudyEntry) -> Any:
+    """The study's plan: the run flags as its base config, its own flags as the planner's
+    options (through its registry hook), every configuration checked before any runs."""
+    from trainscope.config import resolve
+    from trainscope.studies.base import positive
+
+    overrides = overrides_from_args(args)
+    refuse_what_the_study_sets(args.study, overrides)
+    options: dict[str, Any] = {"repeats": positive("repeats", args.repeats), "warmup": args.warmup}
+    notes: list[str] = []
+    if entry.options is not None:  # it may move overrides it reads itself (--nproc)
+        own, notes = registry.load(entry.options)(args, overrides)
+        options.update(own)
+    for note in notes:
+        if not args.quiet:  # e.g. a cost model fitted on another world size
+            print(f"trainscope: note: {terminal_text(note)}", file=sys.stderr)
+    cfg = resolve(args.config, overrides)
+    check_data(cfg.workload)
+    base = {**cfg.to_dict(), "out": None, "overwrite": False, "resume": False}
+    from trainscope.runtime import resolve_device
+
+    return registry.load(entry.planner)(base, resolve_device(cfg.runtime.device), **options)
 
 
 def _print_plan(plan: Any) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from trainscope import registry
 from trainscope.config import BUILTIN_WORKLOADS  # torch-free
 from trainscope.errors import ConfigError
 
@@ -245,7 +246,8 @@ RUN_FLAGS: dict[str, tuple[str, dict[str, Any]]] = {
         "dist.strategy",
         {
             "metavar": "NAME",
-            "help": "single | dp | ddp | fsdp | gather-scatter | allreduce (default single)",
+            # Read when the parser is built: every registered strategy (trainscope.registry).
+            "help": lambda: " | ".join(registry.strategy_names()) + " (default single)",
         },
     ),
     "--nproc": (
@@ -325,28 +327,11 @@ def flag_group(dest: str) -> str:
     return "other"
 
 
-# Config keys each study sets per configuration, and the study flag to use instead: a
-# run flag for one of them would be silently overridden, so it is refused.
-STUDY_SETS: dict[str, dict[str, str]] = {
-    "loader": {
-        "train.epochs": "--sweep-epochs and --iter-epochs",
-        "train.max_steps_per_epoch": "--iter-steps",
-        "train.data_only": "nothing (the sweep is data-only, the iteration runs train)",
-        "data.num_workers": "--workers and --iter-workers",
-        "data.loader": "nothing (both loaders are measured)",
-        "data.pin_memory": "nothing (pin_memory is a variant of the sweep)",
-        "data.persistent_workers": "nothing (persistent_workers is a variant of the sweep)",
-        "data.prefetch_factor": "nothing (the sweep uses the default)",
-    },
-    "precision": {"runtime.precision": "--precisions"},
-    "strategies": {"dist.strategy": "--strategies"},
-    "checkpointing": {"runtime.checkpointing": "--policies"},
-}
-
-
 def refuse_what_the_study_sets(study: str, overrides: dict[str, Any]) -> None:
     """A run flag for a key the study sets itself is an error, never silently dropped."""
-    for key, instead in STUDY_SETS.get(study, {}).items():
+    # Each study's registry entry names the run settings it sets per configuration, and
+    # the study flag to use instead: a run flag for one of them would be silently lost.
+    for key, instead in registry.STUDIES[study].sets.items():
         if key in overrides:
             flag = next((f for f, (dest, _) in RUN_FLAGS.items() if dest == key), key)
             raise ConfigError(f"study {study} sets {flag} for each of its runs; use {instead}")

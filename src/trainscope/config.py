@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainscope import registry
 from trainscope.config_checks import (  # noqa: F401 (INT_LIMIT, SEED_LIMIT, gib, show re-exported)
     INT_LIMIT,
     SEED_LIMIT,
@@ -40,12 +41,9 @@ OPTIMIZERS = ("sgd", "adam", "adamw")
 SCHEDULES = ("constant", "cosine", "linear", "one-cycle")
 TIMING_MODES = ("auto", "exact")
 LOADERS = ("torch", "fast")
-STRATEGIES = ("single", "dp", "ddp", "fsdp", "gather-scatter", "allreduce")
-# Strategies that run one process per device and need a process group.
-MULTIPROCESS_STRATEGIES = ("ddp", "fsdp", "gather-scatter", "allreduce")
 BACKENDS = ("auto", "nccl", "gloo")
 DEVICES_RE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
-# Activation checkpointing policies (trainscope.checkpointing applies them).
+# Activation checkpointing policies (trainscope.activation_checkpointing applies them).
 CHECKPOINTING_HELP = "none | full | every-K (every K-th block) | selective (keep matmul outputs)"
 _EVERY_K = re.compile(r"^every-([1-9][0-9]{0,5})$")
 # A user's own workload: "package.module:factory".
@@ -340,7 +338,7 @@ class RuntimeConfig:
     """Tracking sinks mirroring the run (wandb, tensorboard); none by default."""
     checkpointing: str = "none"
     """Activation checkpointing of the workload's blocks: none | full | every-K |
-    selective (see trainscope.checkpointing)."""
+    selective (see trainscope.activation_checkpointing)."""
     compile: bool = False
     """torch.compile the model (in place); the compilation is timed as its own stage."""
     threads: int | str = "auto"
@@ -422,9 +420,10 @@ class DistConfig:
     all-reduce each bucket (None: one all_reduce per gradient tensor)."""
 
     def __post_init__(self) -> None:
-        if self.strategy not in STRATEGIES:
+        names = registry.strategy_names()
+        if self.strategy not in names:
             raise ConfigError(
-                f"unknown strategy {self.strategy!r}: choose one of {', '.join(STRATEGIES)}"
+                f"unknown strategy {self.strategy!r}: choose one of {', '.join(names)}"
             )
         if self.backend not in BACKENDS:
             raise ConfigError(
@@ -446,11 +445,11 @@ class DistConfig:
             need_integer("master_port", self.master_port)
             if not 0 < self.master_port < 65536:
                 raise ConfigError(f"master_port must be in 1..65535, got {show(self.master_port)}")
-        if self.world_size > 1 and self.strategy not in MULTIPROCESS_STRATEGIES:
+        if self.world_size > 1 and not registry.STRATEGIES[self.strategy].multiprocess:
             raise ConfigError(
                 f"strategy {self.strategy} runs in one process; several processes "
                 f"(nproc x nnodes = {self.world_size}) need one of "
-                f"{', '.join(MULTIPROCESS_STRATEGIES)}"
+                f"{', '.join(registry.multiprocess_names())}"
             )
         if self.nnodes > 1 and self.master_port is None and self.rdzv_endpoint is None:
             raise ConfigError(
@@ -460,11 +459,7 @@ class DistConfig:
         need_number("timeout_s", self.timeout_s, low=MIN_DIST_TIMEOUT_S, high=MAX_DIST_TIMEOUT_S)
         if self.bucket_mb is not None:
             need_number("bucket_mb", self.bucket_mb, low=0.0, low_open=True, high=MAX_BUCKET_MB)
-            if self.strategy != "allreduce":
-                raise ConfigError(
-                    f"bucket_mb applies to strategy allreduce (hand-written buckets), not "
-                    f"{self.strategy}; DDP's buckets are its own (25 MiB)"
-                )
+        self._check_strategy_options()
         need_integer("max_restarts", self.max_restarts)
         need_number("max_restarts", self.max_restarts, low=0, high=1000)
         need_number(
@@ -474,6 +469,20 @@ class DistConfig:
             low_open=True,
             high=MAX_DIST_TIMEOUT_S,
         )
+
+    def _check_strategy_options(self) -> None:
+        """A ``dist.*`` key that only some strategies take is refused for the others
+        (``bucket_mb``: the hand-written allreduce's buckets; DDP's are its own)."""
+        mine = registry.STRATEGIES[self.strategy].options
+        for key in registry.strategy_options():
+            short = key.removeprefix("dist.")
+            if key in mine or getattr(self, short, None) is None:
+                continue
+            owners = [n for n, e in registry.STRATEGIES.items() if key in e.options]
+            raise ConfigError(
+                f"{short} applies to strategy {' or '.join(owners)}, not {self.strategy}"
+                + ("; DDP's buckets are its own (25 MiB)" if short == "bucket_mb" else "")
+            )
 
     @property
     def world_size(self) -> int:

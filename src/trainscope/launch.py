@@ -10,6 +10,10 @@ knows it was launched from torchrun's environment variables and never launches a
 
 Everything that can be refused without starting a process is refused here first: nccl
 without CUDA, more GPU ranks than GPUs on this node.
+
+Whether a run goes to processes of its own or runs in this one is decided in one place,
+:func:`run_or_launch`: the CLI (``trainscope run``), the Python API (``trainscope.run``)
+and studies (through :func:`run_any`) all call it.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -195,22 +200,62 @@ def _wait(proc: subprocess.Popen) -> int:
         raise
 
 
-def run_any(cfg: RunConfig, console: Any = None, *, fresh_process: bool = False) -> dict[str, Any]:
-    """Run ``cfg`` and return its summary: in this process, or through torchrun when it
-    needs several processes. ``fresh_process`` runs even a one-process configuration in a
-    process of its own, so that its peak memory and start-up are its own (studies that
-    compare memory across strategies need that). After a launch the summary is read back
-    from the run directory."""
-    if not needs_launch(cfg) and not fresh_process:
+@dataclass
+class RunOutcome:
+    """How :func:`run_or_launch` ended."""
+
+    code: int
+    """The exit status: a launch's, or 0/1 for a run in this process (completed or not)."""
+    summary: dict[str, Any] | None
+    """The run's summary: returned by a run in this process, read back from the run
+    directory after a launch (None where there is none to read)."""
+    error: str | None = None
+    """A failed launch: one line saying why (a run in this process raises instead)."""
+    launched: bool = False
+    """Whether the run went to processes of its own."""
+
+
+def run_or_launch(
+    cfg: RunConfig,
+    console: Any = None,
+    *,
+    fresh_process: bool = False,
+    extra_args: list[str] | None = None,
+) -> RunOutcome:
+    """Run ``cfg`` in this process, or launch it when it needs several processes (through
+    torchrun) or, with ``fresh_process``, a process of its own even for one (so that its
+    peak memory and start-up are its own: studies that compare memory need that). The
+    one place that decides; the CLI, the Python API and studies (:func:`run_any`) call it.
+
+    ``console`` shows a run in this process; ``extra_args`` go on the launched processes'
+    command line (``--quiet``, ``--no-progress``). A run in this process that fails raises
+    (after recording it); a launch that fails returns its code and one line why."""
+    torchrun = needs_launch(cfg)
+    if not torchrun and not fresh_process:
         from trainscope.train.run import run
 
-        return run(cfg, console)
-    if cfg.out is None:
+        summary = run(cfg, console)
+        return RunOutcome(0 if summary.get("status") == "completed" else 1, summary)
+    result = launch(cfg, extra_args, torchrun=torchrun)
+    run_dir = Path(cfg.out) if cfg.out is not None else result.run_dir
+    summary = try_json_object(run_dir / "summary.json") if run_dir is not None else None
+    return RunOutcome(result.code, summary, result.error, launched=True)
+
+
+def run_any(cfg: RunConfig, console: Any = None, *, fresh_process: bool = False) -> dict[str, Any]:
+    """Run ``cfg`` (see :func:`run_or_launch`) and return its summary; a launched run that
+    did not complete raises. A launched run needs an explicit out directory."""
+    if cfg.out is None and (fresh_process or needs_launch(cfg)):
         raise TrainscopeError("a launched run needs an explicit out directory")
-    result = launch(cfg, ["--quiet", "--no-progress"], torchrun=needs_launch(cfg))
-    summary = try_json_object(Path(cfg.out) / "summary.json")
-    if result.code != 0 or summary is None or summary.get("status") != "completed":
+    outcome = run_or_launch(
+        cfg, console, fresh_process=fresh_process, extra_args=["--quiet", "--no-progress"]
+    )
+    summary = outcome.summary
+    if not outcome.launched:
+        assert summary is not None
+        return summary
+    if outcome.code != 0 or summary is None or summary.get("status") != "completed":
         raise TrainscopeError(
-            f"the launched run failed (exit {result.code}): {result.error or 'see its output'}"
+            f"the launched run failed (exit {outcome.code}): {outcome.error or 'see its output'}"
         )
     return summary

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from trainscope.collectives.model import given
+from trainscope.collectives.cost_model import given
 from trainscope.collectives.predict import predict
 
 PATH = Path(__file__).parents[2] / "benchmarks" / "seed_case.py"

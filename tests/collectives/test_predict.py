@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainscope.collectives import model
+from trainscope.collectives import cost_model as model
 from trainscope.collectives.predict import MIB, GradTensors, buckets, predict
 from trainscope.errors import ConfigError
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import torch
 
-from trainscope.checkpointing import apply_checkpointing
+from trainscope.activation_checkpointing import apply_checkpointing
 from trainscope.estimate.activations import (
     Saved,
     activation_bytes,

@@ -10,7 +10,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from trainscope.precision import Precision
 from trainscope.profiling.timer import CudaEventStageTimer, HostStageTimer, make_stage_timer
-from trainscope.train.loop import TRAIN_STAGES, TrainState, train_epoch
+from trainscope.train.loop import TRAIN_STAGES, EpochOptions, TrainState, train_epoch
 
 
 def test_host_timer_attributes_each_interval_to_the_stage_it_closes():
@@ -60,7 +60,7 @@ def test_train_epoch_sums_stages_exactly_with_a_fake_clock():
     clock = itertools.count()
     timer = HostStageTimer(clock=lambda: float(next(clock)))
     seen: list[dict] = []
-    res = train_epoch(state, loader, timer, log_every=2, on_steps=seen.extend)
+    res = train_epoch(state, loader, timer, EpochOptions(log_every=2, on_steps=seen.extend))
     assert res.steps == 5 and res.samples == 40 and state.step == 5 and state.epoch == 1
     assert [r["step"] for r in seen] == [1, 2, 3, 4, 5]
     # No strategy that syncs gradients by hand: no "comm" stage in the step.
@@ -85,7 +85,8 @@ def test_max_steps_and_short_last_batch_are_counted():
     )
     res = train_epoch(state, DataLoader(data, batch_size=8), HostStageTimer())
     assert (res.steps, res.samples) == (3, 21)
-    res = train_epoch(state, DataLoader(data, batch_size=8), HostStageTimer(), max_steps=2)
+    loader = DataLoader(data, batch_size=8)
+    res = train_epoch(state, loader, HostStageTimer(), EpochOptions(max_steps=2))
     assert (res.steps, res.samples, state.step) == (2, 16, 5)
 
 

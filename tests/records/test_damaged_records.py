@@ -453,7 +453,7 @@ def test_the_study_loader_on_a_damaged_study_file(real_run: Path, tmp_path: Path
 
 
 def _sweep(d: Path, **record: Any) -> Path:
-    from trainscope.collectives import model
+    from trainscope.collectives import cost_model as model
 
     n = record.get("options", {}).get("world_size", 2)
     results = []

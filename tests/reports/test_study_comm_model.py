@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.reports.test_honest_numbers import BASE, CPU, Planted, report_of
-from trainscope.collectives import model
+from trainscope.collectives import cost_model as model
 from trainscope.collectives.predict import GradTensors, predict
 from trainscope.studies import strategies
 

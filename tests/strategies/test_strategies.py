@@ -19,8 +19,8 @@ from safetensors.torch import load_file, load_model
 from torch import nn
 
 from trainscope.cli import main
-from trainscope.config import MULTIPROCESS_STRATEGIES, STRATEGIES
 from trainscope.errors import ConfigError
+from trainscope.registry import multiprocess_names, strategy_names
 from trainscope.runtime.dist import DistInfo, destroy_distributed, init_distributed
 from trainscope.strategies import make_strategy
 from trainscope.strategies.base import Strategy, grads_for_sync, trainable_params
@@ -51,7 +51,7 @@ def backward_once(model: nn.Module, seed: int = 1) -> None:
 # ------------------------------------------------------------------ names and batch split
 
 
-@pytest.mark.parametrize("name", STRATEGIES)
+@pytest.mark.parametrize("name", strategy_names())
 def test_make_strategy_knows_every_configurable_name(name: str) -> None:
     s = make_strategy(name, DistInfo(), CPU)
     assert isinstance(s, Strategy)
@@ -60,7 +60,7 @@ def test_make_strategy_knows_every_configurable_name(name: str) -> None:
     assert s.comm_stage is (name in HAND_WRITTEN)
 
 
-@pytest.mark.parametrize("name", [n for n in STRATEGIES if n != "dp"])
+@pytest.mark.parametrize("name", [n for n in strategy_names() if n != "dp"])
 @pytest.mark.parametrize(("world", "batch", "local"), [(1, 33, 33), (2, 32, 16), (4, 64, 16)])
 def test_local_batch_size_splits_the_global_batch(
     name: str, world: int, batch: int, local: int
@@ -68,7 +68,7 @@ def test_local_batch_size_splits_the_global_batch(
     assert make_strategy(name, DistInfo(world_size=world), CPU).local_batch_size(batch) == local
 
 
-@pytest.mark.parametrize("name", MULTIPROCESS_STRATEGIES)
+@pytest.mark.parametrize("name", multiprocess_names())
 @pytest.mark.parametrize(("world", "batch"), [(2, 33), (4, 30), (3, 1)])
 def test_uneven_split_is_a_config_error(name: str, world: int, batch: int) -> None:
     s = make_strategy(name, DistInfo(world_size=world), CPU)
@@ -103,7 +103,7 @@ def test_data_parallel_on_cpu_is_a_pass_through() -> None:
 
 
 def test_describe_fields() -> None:
-    for name in STRATEGIES:
+    for name in strategy_names():
         d = make_strategy(name, DistInfo(), CPU).describe()
         assert {"strategy", "world_size", "backend", "comm_stage", "comm_note"} <= d.keys()
         assert d["strategy"] == name and d["world_size"] == 1 and d["backend"] is None
@@ -143,7 +143,7 @@ def test_bucket_mb_is_for_the_hand_written_allreduce_only() -> None:
     for bad in (0, -1, float("nan"), "x"):
         with pytest.raises(ConfigError, match="bucket_mb"):
             DistConfig(strategy="allreduce", bucket_mb=bad)
-    d = make_strategy("allreduce", DistInfo(), CPU, bucket_mb=0.5)
+    d = make_strategy("allreduce", DistInfo(), CPU, {"dist.bucket_mb": 0.5})
     model = nn.Sequential(nn.Linear(300, 300), nn.Linear(300, 10))
     d.wrap(model)
     assert d.describe()["bucket_mb"] == 0.5 and d.describe()["buckets"] == 1

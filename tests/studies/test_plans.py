@@ -9,7 +9,8 @@ import torch
 
 from trainscope.config import PRECISIONS, ConfigError, from_dict, merge
 from trainscope.errors import TrainscopeError
-from trainscope.studies import STUDY_KINDS, checkpointing, loader, precision, profile
+from trainscope.registry import STUDIES, load
+from trainscope.studies import checkpointing, loader, precision, profile
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -41,7 +42,9 @@ def own_overrides(r):
 
 
 def test_every_kind_has_a_planner():
-    assert set(STUDY_KINDS) == {"loader", "profile", "precision", "strategies", "checkpointing"}
+    assert list(STUDIES) == ["loader", "profile", "precision", "strategies", "checkpointing"]
+    for entry in STUDIES.values():  # every planner and report builder can be found
+        assert callable(load(entry.planner)) and callable(load(entry.report))
 
 
 # ---------------------------------------------------------------------------- loader

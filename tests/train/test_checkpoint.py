@@ -21,7 +21,7 @@ from trainscope.train.checkpoint import (
     prune,
     write_checkpoint,
 )
-from trainscope.train.loop import TrainState, train_epoch
+from trainscope.train.loop import EpochOptions, TrainState, train_epoch
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -56,8 +56,7 @@ def _train(state: TrainState, batches: list) -> list[float]:
         state,
         batches,
         HostStageTimer(),
-        log_every=1,
-        on_steps=lambda recs: losses.extend(r["loss"] for r in recs),
+        EpochOptions(log_every=1, on_steps=lambda recs: losses.extend(r["loss"] for r in recs)),
     )
     return losses
 

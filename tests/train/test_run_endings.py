@@ -16,7 +16,7 @@ from trainscope.errors import DivergedError
 from trainscope.precision import Precision
 from trainscope.profiling.timer import HostStageTimer
 from trainscope.reports.run_report import build_run_report
-from trainscope.train.loop import TrainState, train_epoch
+from trainscope.train.loop import EpochOptions, TrainState, train_epoch
 from trainscope.train.run import NO_VALIDATION, run
 
 
@@ -125,7 +125,8 @@ def test_the_loop_stops_at_a_nan_loss_only_where_the_precision_does_not_skip_it(
     seen: list[dict] = []
 
     def train():
-        return train_epoch(state, data, HostStageTimer(), log_every=2, on_steps=seen.extend)
+        options = EpochOptions(log_every=2, on_steps=seen.extend)
+        return train_epoch(state, data, HostStageTimer(), options)
 
     if not skips:
         with pytest.raises(DivergedError, match=r"the loss was nan at step 3 \(epoch 1"):

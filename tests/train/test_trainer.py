@@ -11,7 +11,7 @@ import torch
 from trainscope.data.loaders import BatchLoader  # noqa: F401 (the loop's loader type)
 from trainscope.precision import make_precision
 from trainscope.profiling.timer import HostStageTimer
-from trainscope.train.loop import TrainState, rng_states, train_epoch
+from trainscope.train.loop import EpochOptions, TrainState, rng_states, train_epoch
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -35,7 +35,9 @@ def test_train_state_knows_its_position_inside_and_between_epochs():
     def on_steps(records):
         seen.extend((r["step"], state.epoch_step) for r in records)
 
-    train_epoch(state, data, HostStageTimer(), max_steps=3, log_every=1, on_steps=on_steps)
+    train_epoch(
+        state, data, HostStageTimer(), EpochOptions(max_steps=3, log_every=1, on_steps=on_steps)
+    )
     assert seen == [(1, 1), (2, 2), (3, 3)]  # mid-epoch: the steps taken in this epoch
     assert (state.step, state.epoch, state.epoch_step) == (3, 1, 0)  # between epochs
     sd = state.state_dict()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from trainscope.collectives.model import Fit
+from trainscope.collectives.cost_model import Fit
 from trainscope.collectives.predict import Prediction
 from trainscope.reports.tables import MISSING, Table, fmt_bytes, fmt_sig
 

@@ -1,5 +1,5 @@
 """What a step's gradient communication costs under each strategy, from the α–β model
-(:mod:`trainscope.collectives.model`; torch-free).
+(:mod:`trainscope.collectives.cost_model`; torch-free).
 
 The input is the model's gradient tensors in registration order (bytes each) and, for
 FSDP, its units (the blocks it shards one by one, and the root). For each strategy:
@@ -32,13 +32,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainscope.collectives.model import STAND_IN, Fit, fit_for
+from trainscope import registry
+from trainscope.collectives.cost_model import STAND_IN, Fit, fit_for
 from trainscope.errors import ConfigError
 
 MIB = 1 << 20
 DDP_BUCKET_MB = 25.0
 DDP_FIRST_BUCKET_MB = 1.0
-STRATEGIES = ("gather-scatter", "allreduce", "allreduce-bucketed", "ddp", "fsdp")
 
 
 @dataclass(frozen=True)
@@ -132,6 +132,92 @@ def _ddp_exposed(bucket_sizes: list[int], times: list[float], backward_s: float)
     return max(0.0, end - backward_s)
 
 
+@dataclass(frozen=True)
+class Step:
+    """What a prediction is made for: one step's gradients on ``n`` ranks under fits."""
+
+    grads: GradTensors
+    n: int
+    fits: dict[str, Fit]
+    bucket_mb: float = DDP_BUCKET_MB
+    """The hand-bucketed allreduce's cap."""
+    ddp_bucket_mb: float | None = None
+    """DDP's ``bucket_cap_mb`` (None: DDP's default, 1 MiB first then 25 MiB)."""
+    backward_s: float | None = None
+
+    def time(self, op: str, nbytes: float) -> float:
+        """Seconds one ``op`` of ``nbytes`` takes on the step's ranks."""
+        return _time(self.fits, op, nbytes, self.n)
+
+
+def predict_gather_scatter(step: Step) -> Prediction:
+    """Per tensor: a gather to rank 0, a scatter back (flat)."""
+    g, n = step.grads.total, step.n
+    t = sum(step.time("gather", s) + step.time("scatter", s) for s in step.grads.sizes)
+    return Prediction(
+        "gather-scatter", 2 * len(step.grads.sizes), (n - 1) * g, t, t,
+        "per tensor: gather to rank 0, scatter back; rank 0 sends (n-1)x the "
+        "gradients and receives as much",
+    )  # fmt: skip
+
+
+def predict_allreduce(step: Step) -> Prediction:
+    """One ring all_reduce per tensor after backward."""
+    sizes, f = step.grads.sizes, (step.n - 1) / step.n
+    t = sum(step.time("all_reduce", s) for s in sizes)
+    return Prediction(
+        "allreduce", len(sizes), 2 * f * step.grads.total, t, t,
+        f"one ring all_reduce per tensor ({len(sizes)} latencies) after backward",
+    )  # fmt: skip
+
+
+def predict_allreduce_bucketed(step: Step) -> Prediction:
+    """The tensors flattened into buckets of at most ``bucket_mb``, one all_reduce each."""
+    bs = buckets(list(reversed(step.grads.sizes)), [step.bucket_mb * MIB])
+    t = sum(step.time("all_reduce", b) for b in bs)
+    return Prediction(
+        "allreduce-bucketed", len(bs), 2 * (step.n - 1) / step.n * step.grads.total, t, t,
+        f"flattened into {len(bs)} bucket(s) of <= {step.bucket_mb:g} MiB after "
+        "backward, one all_reduce each",
+        bs,
+    )  # fmt: skip
+
+
+def predict_ddp(step: Step) -> Prediction:
+    """DDP's buckets, each all-reduced when backward has produced it."""
+    caps = (
+        [DDP_FIRST_BUCKET_MB, DDP_BUCKET_MB] if step.ddp_bucket_mb is None else [step.ddp_bucket_mb]
+    )
+    bs = buckets(list(reversed(step.grads.sizes)), [c * MIB for c in caps])
+    times = [step.time("all_reduce", b) for b in bs]
+    backward = step.backward_s
+    exposed = None if backward is None else _ddp_exposed(bs, times, backward)
+    caps_text = f"{caps[0]:g} MiB first, then {caps[1]:g} MiB" if len(caps) == 2 else (
+        f"<= {caps[0]:g} MiB")  # fmt: skip
+    return Prediction(
+        "ddp", len(bs), 2 * (step.n - 1) / step.n * step.grads.total, sum(times), exposed,
+        f"{len(bs)} bucket(s) ({caps_text}), all-reduced during backward"
+        + ("" if backward is not None else "; exposed part needs backward's time"),
+        bs,
+    )  # fmt: skip
+
+
+def predict_fsdp(step: Step) -> Prediction:
+    """Every unit all-gathered in forward and backward, its gradients reduce-scattered."""
+    units = list(step.grads.units) or [step.grads.total]
+    t = sum(2 * step.time("all_gather", u) + step.time("reduce_scatter", u) for u in units)
+    return Prediction(
+        "fsdp", 3 * len(units), 3 * (step.n - 1) / step.n * step.grads.total, t, None,
+        f"{len(units)} unit(s): all_gather in forward and backward, "
+        "reduce_scatter of gradients; prefetch overlap not modelled",
+    )  # fmt: skip
+
+
+def modelled() -> tuple[str, ...]:
+    """The strategies-study configurations the α–β model predicts (registry order)."""
+    return tuple(n for n, (_, v) in registry.study_variants().items() if v.predict)
+
+
 def predict(
     grads: GradTensors,
     n: int,
@@ -140,104 +226,25 @@ def predict(
     bucket_mb: float = DDP_BUCKET_MB,
     ddp_bucket_mb: float | None = None,
     backward_s: float | None = None,
-    strategies: Sequence[str] = STRATEGIES,
+    strategies: Sequence[str] | None = None,
 ) -> list[Prediction]:
-    """The predicted communication of each strategy for one step on ``n`` ranks:
-    ``bucket_mb`` is the hand-bucketed allreduce's cap, ``ddp_bucket_mb`` DDP's
-    ``bucket_cap_mb`` (None: DDP's default, a 1 MiB first bucket then 25 MiB). A strategy
-    whose op has no fit raises ConfigError."""
+    """The predicted communication of each strategy configuration (default: every one
+    with a model, :func:`modelled`) for one step on ``n`` ranks, each by the predictor its
+    registry entry names. A configuration without a model, or whose op has no fit,
+    raises ConfigError."""
     if n < 2:
         raise ConfigError(f"communication needs at least 2 ranks, not {n}")
     if not grads.sizes:
         raise ConfigError(f"{grads.name} has no trainable parameters: nothing to communicate")
-    g, f = grads.total, (n - 1) / n
-    rev = list(reversed(grads.sizes))
+    step = Step(grads, n, fits, bucket_mb, ddp_bucket_mb, backward_s)
+    variants = registry.study_variants()
     out: list[Prediction] = []
-    for name in strategies:
-        if name == "gather-scatter":
-            t = sum(_time(fits, "gather", s, n) + _time(fits, "scatter", s, n) for s in grads.sizes)
-            out.append(
-                Prediction(
-                    name,
-                    2 * len(grads.sizes),
-                    (n - 1) * g,
-                    t,
-                    t,
-                    "per tensor: gather to rank 0, scatter back; rank 0 sends (n-1)x the "
-                    "gradients and receives as much",
-                )
-            )
-        elif name == "allreduce":
-            t = sum(_time(fits, "all_reduce", s, n) for s in grads.sizes)
-            out.append(
-                Prediction(
-                    name,
-                    len(grads.sizes),
-                    2 * f * g,
-                    t,
-                    t,
-                    f"one ring all_reduce per tensor ({len(grads.sizes)} latencies) after backward",
-                )
-            )
-        elif name == "allreduce-bucketed":
-            bs = buckets(rev, [bucket_mb * MIB])
-            t = sum(_time(fits, "all_reduce", b, n) for b in bs)
-            out.append(
-                Prediction(
-                    name,
-                    len(bs),
-                    2 * f * g,
-                    t,
-                    t,
-                    f"flattened into {len(bs)} bucket(s) of <= {bucket_mb:g} MiB after "
-                    "backward, one all_reduce each",
-                    bs,
-                )
-            )
-        elif name == "ddp":
-            caps = (
-                [DDP_FIRST_BUCKET_MB, DDP_BUCKET_MB] if ddp_bucket_mb is None else [ddp_bucket_mb]
-            )
-            bs = buckets(rev, [c * MIB for c in caps])
-            times = [_time(fits, "all_reduce", b, n) for b in bs]
-            exposed = None if backward_s is None else _ddp_exposed(bs, times, backward_s)
-            out.append(
-                Prediction(
-                    name,
-                    len(bs),
-                    2 * f * g,
-                    sum(times),
-                    exposed,
-                    f"{len(bs)} bucket(s) ("
-                    + (
-                        f"{caps[0]:g} MiB first, then {caps[1]:g} MiB"
-                        if len(caps) == 2
-                        else f"<= {caps[0]:g} MiB"
-                    )
-                    + "), all-reduced during backward"
-                    + ("" if backward_s is not None else "; exposed part needs backward's time"),
-                    bs,
-                )
-            )
-        elif name == "fsdp":
-            units = list(grads.units) or [g]
-            t = sum(
-                2 * _time(fits, "all_gather", u, n) + _time(fits, "reduce_scatter", u, n)
-                for u in units
-            )
-            out.append(
-                Prediction(
-                    name,
-                    3 * len(units),
-                    3 * f * g,
-                    t,
-                    None,
-                    f"{len(units)} unit(s): all_gather in forward and backward, "
-                    "reduce_scatter of gradients; prefetch overlap not modelled",
-                )
-            )
-        else:
+    for name in modelled() if strategies is None else strategies:
+        target = variants[name][1].predict if name in variants else None
+        if target is None:
             raise ConfigError(
-                f"no prediction for strategy {name!r}; known: {', '.join(STRATEGIES)}"
+                f"no prediction for strategy {name!r} (it has no communication model); "
+                f"known: {', '.join(modelled())}"
             )
+        out.append(registry.load(target)(step))
     return out

@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from trainscope.collectives.model import MAX_WORLD
+from trainscope.collectives.cost_model import MAX_WORLD
 from trainscope.errors import ConfigError
 from trainscope.numfmt import fmt_sig
 
@@ -144,7 +144,7 @@ def interconnect_key(name: str) -> str:
 
 def link_fits(args: argparse.Namespace, world: int) -> tuple[dict[str, Any], str]:
     """The fits to predict with and one line saying where they come from."""
-    from trainscope.collectives.model import given
+    from trainscope.collectives.cost_model import given
 
     if args.fit:
         if args.bandwidth or args.latency or args.interconnect:
@@ -176,7 +176,7 @@ def link_fits(args: argparse.Namespace, world: int) -> tuple[dict[str, Any], str
 
 def fits_of_study(study_dir: Path) -> tuple[dict[str, Any], str]:
     """The fits of a collectives study (saved, else fitted now from its results)."""
-    from trainscope.collectives.model import fit_sweep, fits_from_dict
+    from trainscope.collectives.cost_model import fit_sweep, fits_from_dict
     from trainscope.collectives.record import KIND, read_record
 
     data = read_record(study_dir)
@@ -276,6 +276,7 @@ def main(args: argparse.Namespace) -> int:
         ddp_bucket_mb=args.bucket_mb,  # None: DDP's own default (1 MiB first, then 25)
         backward_s=backward,
     )
+    missing = not_modelled()
     if args.json:  # for scripts: strict JSON on stdout, nothing else
         data = {
             "world_size": world,
@@ -284,6 +285,7 @@ def main(args: argparse.Namespace) -> int:
             "link": where,
             "fits": {op: f.to_dict() for op, f in fits.items()},
             "predictions": [p.to_dict() for p in preds],
+            "not_modelled": missing,
         }
         print(json.dumps(data, indent=1, allow_nan=False))
         return 0
@@ -295,4 +297,20 @@ def main(args: argparse.Namespace) -> int:
         f"{where}. Back to back, no contention; the busiest rank's bytes."
     )
     show.table(prediction_table(preds, title))
+    if missing:
+        show.say(
+            "No communication model (their strategy's registry entry names no predictor): "
+            + ", ".join(missing)
+        )
     return 0
+
+
+def not_modelled() -> list[str]:
+    """Multi-process strategy configurations the α–β model has no prediction for."""
+    from trainscope import registry
+
+    return [
+        name
+        for name, (entry, variant) in registry.study_variants().items()
+        if entry.multiprocess and not variant.one_process and variant.predict is None
+    ]

@@ -234,10 +234,10 @@ def finish(study_dir: Path, status: str, error: str | None = None) -> dict[str, 
 
 
 def cost_model(results: Sequence[Any], backend: Any = None) -> dict[str, Any]:
-    """The α–β fits of the results saved (:mod:`trainscope.collectives.model`), as
+    """The α–β fits of the results saved (:mod:`trainscope.collectives.cost_model`), as
     study.json keeps them: what ``--predict --fit DIR`` and the report read. The fits
     hold for this backend (and its device) only: gloo's and NCCL's differ by orders."""
-    from trainscope.collectives.model import fit_sweep
+    from trainscope.collectives.cost_model import fit_sweep
 
     return {
         "backend": backend,

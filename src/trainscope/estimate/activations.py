@@ -24,7 +24,7 @@ written in PyTorch and ``transformers``:
 A tensor's dtype class says what its element size is under each precision (see
 :func:`nbytes`). A checkpointed block keeps only its inputs; the selective policy also
 keeps the outputs of its matmuls and attention kernels
-(:func:`trainscope.checkpointing._saved_ops`), which the meter counts apart.
+(:func:`trainscope.activation_checkpointing._saved_ops`), which the meter counts apart.
 """
 
 from __future__ import annotations
@@ -399,7 +399,7 @@ def plan(arch: Arch, batch: int, seq_len: int, device: str) -> ActivationPlan:
 
 def checkpointed(policy: str, n_blocks: int) -> list[bool]:
     """Which blocks ``policy`` checkpoints, as
-    :func:`trainscope.checkpointing.apply_checkpointing` chooses them."""
+    :func:`trainscope.activation_checkpointing.apply_checkpointing` chooses them."""
     kind, k = checkpointing_policy(policy)
     if kind == "none":
         return [False] * n_blocks

@@ -436,7 +436,7 @@ FIT = Obj(
     ("alpha_s", "beta_s_per_byte", "world_size"),
     name="an α–β fit (an object)",
 )
-"""One op's fit (collectives.model.Fit.to_dict)."""
+"""One op's fit (collectives.cost_model.Fit.to_dict)."""
 COST_MODEL = _obj(
     {
         "source": TEXT,

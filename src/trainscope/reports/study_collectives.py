@@ -313,7 +313,7 @@ def _cost_model(
 ) -> None:
     """The α–β fit per op (saved with the study, else fitted from its results now) and
     how to predict with it."""
-    from trainscope.collectives.model import fit_sweep, fits_from_dict
+    from trainscope.collectives.cost_model import fit_sweep, fits_from_dict
     from trainscope.collectives.model_tables import fit_table
 
     saved = meta.get("cost_model") if isinstance(meta.get("cost_model"), dict) else {}

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainscope.collectives.model import real
+from trainscope import registry
+from trainscope.collectives.cost_model import real
 from trainscope.errors import ConfigError
 from trainscope.records.study_dir import StudyRecord
 from trainscope.reports.document import Document, escape_inline
@@ -29,8 +30,6 @@ from trainscope.reports.stats import fmt_spread
 from trainscope.reports.tables import MISSING, Table, fmt_sig
 from trainscope.spread import Spread, spread
 
-HAND_WRITTEN = ("gather-scatter", "allreduce", "allreduce-bucketed")
-STRATEGIES = (*HAND_WRITTEN, "ddp", "fsdp")
 GOAL = 0.15  # the issue's: within 15% of measured for the non-overlapped strategies
 
 
@@ -78,9 +77,28 @@ def _grads(summaries: list[dict[str, Any]]) -> Any:
     return None
 
 
+def _measured(name: str, how: str | None, med: Any) -> tuple[Spread, str]:
+    """A configuration's measured communication per step and how it was measured (its
+    registry entry's ``measured_as``): its own ``comm`` stage, or the difference from the
+    per-tensor allreduce's backward (or forward + backward), which communicates apart."""
+    if how == "comm":
+        return med(name, "comm"), "comm stage"
+    if how == "backward-delta":
+        return (
+            _difference(med(name, "backward"), med("allreduce", "backward")),
+            f"backward({name}) - backward(allreduce)",
+        )
+    if how == "fwd-bwd-delta":
+        return (
+            _difference(med(name, "forward", "backward"), med("allreduce", "forward", "backward")),
+            f"(fwd+bwd)({name}) - (fwd+bwd)(allreduce)",
+        )
+    return spread([]), "not measured"
+
+
 def comm_model_section(study: StudyRecord, doc: Document, section: Section) -> None:
     """Measured vs predicted communication per strategy (only with a cost model)."""
-    from trainscope.collectives.model import fits_from_dict
+    from trainscope.collectives.cost_model import fits_from_dict
     from trainscope.collectives.predict import predict
 
     options = study.plan.options
@@ -111,7 +129,9 @@ def comm_model_section(study: StudyRecord, doc: Document, section: Section) -> N
     backward = med("allreduce", "backward")
     bucket_mb, notes = _bucket_mb(options.get("bucket_mb")), _fit_notes(model, nproc, options)
     preds: dict[str, Any] = {}
-    for name in [n for n in summ if n in STRATEGIES]:
+    variants = {n: v for n, (_, v) in registry.study_variants().items() if v.predict}
+    how = {n: v.measured_as for n, v in variants.items()}
+    for name in [n for n in summ if n in how]:
         try:  # one strategy's missing fit must not take the others (or the report) down
             (preds[name],) = predict(
                 grads,
@@ -125,27 +145,18 @@ def comm_model_section(study: StudyRecord, doc: Document, section: Section) -> N
             notes.append(f"{name}: no prediction ({e})")
     rows, checks = [], []
     for name, p in preds.items():
-        if name in HAND_WRITTEN:
-            measured = med(name, "comm")
-            what = "comm stage"
-        elif name == "ddp":
-            measured = _difference(med("ddp", "backward"), backward)
-            what = "backward(ddp) - backward(allreduce)"
-        else:
-            measured = _difference(
-                med(name, "forward", "backward"), med("allreduce", "forward", "backward")
-            )
-            what = "(fwd+bwd)(fsdp) - (fwd+bwd)(allreduce)"
-        # Exposed: everything for the strategies that overlap nothing (and for FSDP, whose
-        # overlap the model leaves out); DDP's from its overlap model.
-        exposed = p.comm_s if p.exposed_s is None and name == "fsdp" else p.exposed_s
+        measured, what = _measured(name, how[name], med)
+        # Exposed: everything for the strategies that overlap nothing (and for those whose
+        # overlap the model leaves out, as FSDP's prefetch); DDP's from its overlap model.
+        modelled = variants[name].overlap_modelled
+        exposed = p.comm_s if p.exposed_s is None and not modelled else p.exposed_s
         predicted = None if exposed is None else exposed * 1e3
         ratio = (
             predicted / measured.median
             if predicted is not None and measured.median and measured.median > 0
             else None
         )
-        if name in HAND_WRITTEN and ratio is not None:
+        if how[name] == "comm" and ratio is not None:  # the non-overlapped ones
             checks.append((name, ratio))
         rows.append(
             [
@@ -210,7 +221,8 @@ def _verdicts(
             + ", ".join(f"{n} {r:.2f}x" for n, r in checks)
             + ")."
         )
-    ranked = [n for n in HAND_WRITTEN if n in preds and med(n, "comm").median is not None]
+    own_stage = [n for n, (_, v) in registry.study_variants().items() if v.measured_as == "comm"]
+    ranked = [n for n in own_stage if n in preds and med(n, "comm").median is not None]
     if len(ranked) >= 2:
         measured = sorted(ranked, key=lambda n: med(n, "comm").median)
         predicted = sorted(ranked, key=lambda n: preds[n].comm_s)

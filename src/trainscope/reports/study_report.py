@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainscope import registry
 from trainscope.records.study_dir import StudyRecord, load_study
 from trainscope.reports.cpu import study_cpu_lines
 from trainscope.reports.document import Document, escape_inline, inline_code, write_document
@@ -183,23 +184,12 @@ def _write_study_report(study: StudyRecord, out: Path) -> StudyReport:
     doc = Document(f"Study: {kind} ({study.path.name})")
     if kind != "collectives":  # no runs: its section says itself how its processes ran
         _header(study, doc)
-    if kind == "loader":
-        from trainscope.reports.study_loader import loader_sections as build
-    elif kind == "profile":
-        from trainscope.reports.study_profile import profile_sections as build
-    elif kind == "precision":
-        from trainscope.reports.study_precision import precision_sections as build
-    elif kind == "strategies":
-        from trainscope.reports.study_strategies import strategies_sections as build
-    elif kind == "checkpointing":
-        from trainscope.reports.study_checkpointing import checkpointing_sections as build
-    elif kind == "collectives":
-        from trainscope.reports.study_collectives import collectives_sections as build
-    else:
+    # The kind is record text: only a registered kind's builder is ever imported.
+    build = registry.report_builder(kind) if isinstance(kind, str) else None
+    if build is None:
         doc.note(
             f"Unknown study kind {escape_inline(repr(kind))}: this trainscope cannot report it."
         )
-        build = None
     section = build(study, doc, plots) if build is not None else Section()
     doc.heading("Reproduce", 2)
     # study.json keeps the command; older studies only have it in their runs' env.json.

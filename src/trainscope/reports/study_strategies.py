@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from trainscope import registry
 from trainscope.records.run_dir import STAGE_LABELS, RunRecord
 from trainscope.records.study_dir import StudyRecord
 from trainscope.reports.cpu import budget_kept, threads_per_process
@@ -28,15 +29,6 @@ from trainscope.reports.study_comm_model import comm_model_section
 from trainscope.reports.tables import Table, fmt_bytes, fmt_rate, fmt_sig
 from trainscope.spread import Spread, differ, no_difference_text, spread
 from trainscope.textsafe import plot_text
-
-# Where each strategy's gradient communication is, when it is not a stage of its own.
-COMM_PLACE = {
-    "single": "none",
-    "dp": "in fwd/bwd",
-    "ddp-1proc": "in backward",
-    "ddp": "in backward",
-    "fsdp": "in fwd/bwd",
-}
 
 
 def _per_iter_ms(summary: dict[str, Any], stage: str | None = None) -> float | None:
@@ -144,7 +136,9 @@ def strategies_sections(study: StudyRecord, doc: Document, plots: Path) -> Secti
         if comm_sp.median is not None:
             comm = fmt_spread(comm_sp)
         else:
-            comm = COMM_PLACE.get(name, "in backward")
+            variant = registry.study_variants().get(name, (None, None))[1]
+            # Where its communication is when it has no stage of its own (registry text).
+            comm = (variant.comm_place if variant else None) or "in backward"
             h_m = spread((s.get("comm") or {}).get("hook_inflight_s") for s in summ).median
             steps = summ[0].get("steps")
             if h_m and steps:

@@ -1,11 +1,16 @@
 """Parallel strategies behind one interface (:class:`~trainscope.strategies.base.Strategy`).
 
-``make_strategy(name, info, device, bucket_mb=...)`` returns the object for a ``--strategy`` name.
+``make_strategy(name, info, device, options)`` returns the object for a ``--strategy``
+name, from its entry in :mod:`trainscope.registry` (which says where its class is, and
+which ``dist.*`` options it takes).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from trainscope import registry
 
 if TYPE_CHECKING:
     import torch
@@ -15,25 +20,15 @@ if TYPE_CHECKING:
 
 
 def make_strategy(
-    name: str, info: DistInfo, device: torch.device, *, bucket_mb: float | None = None
+    name: str, info: DistInfo, device: torch.device, options: Mapping[str, Any] | None = None
 ) -> Strategy:
-    """The strategy object for ``name`` (names as in ``trainscope.config.STRATEGIES``);
-    ``bucket_mb`` is the hand-written allreduce's bucket size (None: per tensor)."""
-    from trainscope.strategies.allreduce import AllReduceStrategy
-    from trainscope.strategies.ddp import DDPStrategy
-    from trainscope.strategies.dp import DataParallelStrategy
-    from trainscope.strategies.fsdp import FSDPStrategy
-    from trainscope.strategies.gather_scatter import GatherScatterStrategy
-    from trainscope.strategies.single import Single
+    """The strategy object for ``name``; ``options`` maps its registered ``dist.*`` keys
+    (``dist.bucket_mb``) to values, passed to its constructor by their last part."""
+    entry = registry.STRATEGIES[name]
+    kwargs = {key.rpartition(".")[2]: (options or {}).get(key) for key in entry.options}
+    return registry.load(entry.target)(info, device, **kwargs)
 
-    classes = {
-        "single": Single,
-        "dp": DataParallelStrategy,
-        "ddp": DDPStrategy,
-        "fsdp": FSDPStrategy,
-        "gather-scatter": GatherScatterStrategy,
-        "allreduce": AllReduceStrategy,
-    }
-    if name == "allreduce":
-        return AllReduceStrategy(info, device, bucket_mb)
-    return classes[name](info, device)
+
+def strategy_options(dist: Any) -> dict[str, Any]:
+    """The ``dist.*`` options of a DistConfig that some strategy takes (for make_strategy)."""
+    return {key: getattr(dist, key.rpartition(".")[2]) for key in registry.strategy_options()}

@@ -14,14 +14,14 @@ from __future__ import annotations
 import sys
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from trainscope.config import available_cpus, from_dict, merge
-from trainscope.errors import Terminated, TrainscopeError
+from trainscope.errors import ConfigError, Terminated, TrainscopeError
 from trainscope.records.jsonio import try_json_object
 from trainscope.records.ownership import OwnedDir, claim_dir
 from trainscope.records.study_dir import (
@@ -249,6 +249,25 @@ def warmup_of(first: PlannedRun) -> PlannedRun:
         labels=dict(first.labels),
         overrides=dict(first.overrides),
     )
+
+
+def name_list(flag: str, text: str, allowed: Sequence[str]) -> list[str]:
+    """A study flag's comma-separated names, each one of ``allowed`` (one clear error if
+    not)."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    bad = [n for n in names if n not in allowed]
+    if bad or not names:
+        raise ConfigError(
+            f"--{flag}: unknown {', '.join(bad) or '(empty)'}; choose from {', '.join(allowed)}"
+        )
+    return names
+
+
+def positive(flag: str, value: int) -> int:
+    """A study flag's count, at least 1 (one clear error if not)."""
+    if value < 1:
+        raise ConfigError(f"--{flag} must be at least 1, got {value}")
+    return value
 
 
 def core_budget(base_config: dict[str, Any]) -> int:

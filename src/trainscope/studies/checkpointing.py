@@ -13,12 +13,9 @@ from typing import Any
 import torch
 
 from trainscope.config import checkpointing_policy
+from trainscope.errors import ConfigError
 from trainscope.records.study_dir import PlannedRun, StudyPlan
 from trainscope.studies.base import finish_plan, repeats_of
-
-FRESH_PROCESS = False
-"""The figures compared are each run's own (counted tensor bytes, steady-state step time),
-so the runs may share a process; ``--fresh-processes`` gives each its own."""
 
 DEFAULT_POLICIES = ("none", "every-2", "selective", "full")
 
@@ -51,3 +48,18 @@ def plan(
         )
     options = {"repeats": repeats, "warmup": warmup, "policies": policies, "device": str(device)}
     return finish_plan("checkpointing", base_config, options, runs, warmup)
+
+
+def options_from_args(args: Any, overrides: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The checkpointing study's flags as :func:`plan`'s keyword arguments (registry hook);
+    without a workload named on the command line or in --config, it studies
+    :data:`DEFAULT_WORKLOAD` (added to ``overrides``)."""
+    if getattr(args, "config", None) is None and "workload.name" not in overrides:
+        for key, value in DEFAULT_WORKLOAD.items():
+            overrides.setdefault(key, value)
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    for p in policies:
+        checkpointing_policy(p)
+    if not policies:
+        raise ConfigError("--policies: give at least one policy")
+    return {"policies": policies}, []

@@ -15,8 +15,9 @@ from typing import Any
 
 import torch
 
+from trainscope.errors import ConfigError
 from trainscope.records.study_dir import PlannedRun, StudyPlan
-from trainscope.studies.base import finish_plan, repeats_of
+from trainscope.studies.base import finish_plan, positive, repeats_of
 
 DEFAULT_WORKERS = list(range(0, 11))
 DEFAULT_ITER_WORKERS = [0, 2, 4]
@@ -137,3 +138,18 @@ def plan(
         "device": str(device),
     }
     return finish_plan("loader", base_config, options, runs, warmup)
+
+
+def options_from_args(args: Any, overrides: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The loader study's flags as :func:`plan`'s keyword arguments (registry hook)."""
+    try:
+        options: dict[str, Any] = {
+            "workers": parse_int_list(args.workers),
+            "iter_workers": parse_int_list(args.iter_workers),
+        }
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    options["sweep_epochs"] = positive("sweep-epochs", args.sweep_epochs)
+    options["iter_epochs"] = positive("iter-epochs", args.iter_epochs)
+    options["iter_steps"] = positive("iter-steps", args.iter_steps)
+    return options, []

@@ -14,11 +14,7 @@ import torch
 from trainscope.config import PRECISIONS
 from trainscope.errors import DeviceError
 from trainscope.records.study_dir import PlannedRun, StudyPlan
-from trainscope.studies.base import finish_plan, repeats_of
-
-FRESH_PROCESS = True
-"""Each configuration runs in a process of its own by default: this study compares peak memory,
-which a shared process would blur (imports paid once, one process-wide peak RSS)."""
+from trainscope.studies.base import finish_plan, name_list, repeats_of
 
 
 def applicability(name: str, device: torch.device) -> str | None:
@@ -60,3 +56,8 @@ def plan(
         "device": str(device),
     }
     return finish_plan("precision", base_config, options, runs, warmup)
+
+
+def options_from_args(args: Any, overrides: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The precision study's flags as :func:`plan`'s keyword arguments (registry hook)."""
+    return {"precisions": name_list("precisions", args.precisions, PRECISIONS)}, []

@@ -9,10 +9,6 @@ import torch
 from trainscope.records.study_dir import StudyPlan
 from trainscope.studies.base import finish_plan, repeats_of
 
-FRESH_PROCESS = True
-"""Each configuration runs in a process of its own by default: this study compares setup time,
-which a shared process would blur (imports paid once, one process-wide peak RSS)."""
-
 
 def plan(
     base_config: dict[str, Any], device: torch.device, *, repeats: int = 3, warmup: bool = True

@@ -1,14 +1,15 @@
 """``study strategies``: every parallel strategy on one workload, same global batch and seed.
 
-Configurations: ``single``; ``dp`` (DataParallel, one process); ``ddp-1proc`` (DDP in a
-world of one: the wrapper's own cost, next to ``single``); and ``ddp``, ``fsdp``,
-``gather-scatter``, ``allreduce`` (one all_reduce per tensor) and ``allreduce-bucketed``
-(the same, flattened into ``bucket_mb`` buckets: what bucketing buys without DDP's overlap)
-with ``nproc`` processes. With a cost model (the α–β fits of a ``trainscope collectives``
-sweep, kept in the plan) the report sets each strategy's measured communication beside
-its prediction. Every run executes in a process
-of its own (multi-process ones through torchrun), so start-up and peak memory are each
-run's own and the configurations are compared on equal terms.
+Its configurations are those the registered strategies contribute
+(:mod:`trainscope.registry`; built in: ``single``; ``dp`` (DataParallel, one process);
+``ddp-1proc`` (DDP in a world of one: the wrapper's own cost, next to ``single``); and
+``ddp``, ``fsdp``, ``gather-scatter``, ``allreduce`` (one all_reduce per tensor) and
+``allreduce-bucketed`` (the same, flattened into ``bucket_mb`` buckets: what bucketing
+buys without DDP's overlap) with ``nproc`` processes). With a cost model (the α–β fits of
+a ``trainscope collectives`` sweep, kept in the plan) the report sets each configuration's
+measured communication beside its prediction. Every run executes in a process of its own
+(multi-process ones through torchrun), so start-up and peak memory are each run's own and
+the configurations are compared on equal terms.
 """
 
 from __future__ import annotations
@@ -17,27 +18,23 @@ from typing import Any
 
 import torch
 
+from trainscope import registry
 from trainscope.records.study_dir import PlannedRun, StudyPlan
-from trainscope.studies.base import finish_plan, repeats_of
+from trainscope.studies.base import finish_plan, name_list, positive, repeats_of
 
-ONE_PROCESS = ("single", "dp", "ddp-1proc")
-MULTI_PROCESS = ("ddp", "fsdp", "gather-scatter", "allreduce", "allreduce-bucketed")
-ALL = ONE_PROCESS + MULTI_PROCESS
-FRESH_PROCESS = True
-"""Tells the study command to run each configuration in a process of its own."""
+
+def configurations() -> tuple[str, ...]:
+    """The study's configurations, in the order every strategy registered them."""
+    return tuple(registry.study_variants())
 
 
 def _config(name: str, nproc: int, bucket_mb: float) -> tuple[dict[str, Any], int]:
-    if name == "ddp-1proc":
-        return {"dist.strategy": "ddp", "dist.nproc": 1}, 1
-    if name == "allreduce-bucketed":
-        return {
-            "dist.strategy": "allreduce",
-            "dist.nproc": nproc,
-            "dist.bucket_mb": bucket_mb,
-        }, nproc
-    procs = nproc if name in MULTI_PROCESS else 1
-    return {"dist.strategy": name, "dist.nproc": procs}, procs
+    entry, variant = registry.study_variants()[name]
+    procs = nproc if entry.multiprocess and not variant.one_process else 1
+    overrides: dict[str, Any] = {"dist.strategy": entry.name, "dist.nproc": procs}
+    if variant.bucketed:
+        overrides["dist.bucket_mb"] = bucket_mb
+    return overrides, procs
 
 
 def applicability(name: str, procs: int, device: torch.device) -> str | None:
@@ -60,7 +57,7 @@ def plan(
 ) -> StudyPlan:
     """One configuration per strategy, each repeated; the global batch stays the same.
     ``cost_model``: {"source": where, "fits": α–β fits as study.json keeps them}."""
-    names = list(ALL) if strategies is None else strategies
+    names = list(configurations()) if strategies is None else strategies
     runs: list[PlannedRun] = []
     for name in names:
         overrides, procs = _config(name, nproc, bucket_mb)
@@ -84,3 +81,20 @@ def plan(
     if cost_model:
         options["cost_model"] = cost_model
     return finish_plan("strategies", base_config, options, runs, warmup)
+
+
+def options_from_args(args: Any, overrides: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The strategies study's flags as :func:`plan`'s keyword arguments (registry hook).
+    ``--nproc`` is the study's process count and ``--bucket-mb`` allreduce-bucketed's
+    bucket: taken out of the run overrides, since each configuration sets its own."""
+    from trainscope.studies.strategies_model import study_options
+
+    nproc = positive("nproc", overrides.pop("dist.nproc", 2))
+    bucket_mb = overrides.pop("dist.bucket_mb", 25.0)
+    chosen = args.strategies or ",".join(configurations())
+    options: dict[str, Any] = {
+        "strategies": name_list("strategies", chosen, configurations()),
+        "nproc": nproc,
+    }
+    options.update(study_options(bucket_mb, args.cost_model, options["strategies"], nproc))
+    return options, list((options.get("cost_model") or {}).get("notes") or [])

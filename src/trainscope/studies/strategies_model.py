@@ -8,25 +8,23 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from trainscope import registry
 from trainscope.config import MAX_BUCKET_MB
 from trainscope.config_checks import need_number
 from trainscope.errors import ConfigError, TrainscopeError
 
-# The ops each strategy's prediction needs (gather-scatter's gather and scatter are
-# predicted from the broadcast fit: the sweep does not time them).
-NEEDS = {
-    "gather-scatter": ("broadcast",),
-    "allreduce": ("all_reduce",),
-    "allreduce-bucketed": ("all_reduce",),
-    "ddp": ("all_reduce",),
-    "fsdp": ("all_gather", "reduce_scatter"),
-}
+
+def needs() -> dict[str, tuple[str, ...]]:
+    """The ops each study configuration's prediction needs (from the registry; e.g.
+    gather-scatter's gather and scatter are predicted from the broadcast fit, which the
+    sweep times)."""
+    return {name: v.predict_ops for name, (_, v) in registry.study_variants().items() if v.predict}
 
 
 def study_options(
     bucket_mb: Any,
     cost_model_dir: str | None,
-    strategies: Sequence[str] = tuple(NEEDS),
+    strategies: Sequence[str] | None = None,
     nproc: int | None = None,
 ) -> dict[str, Any]:
     """``bucket_mb`` checked, and the fits of ``cost_model_dir`` (a collectives study) as
@@ -52,7 +50,9 @@ def study_options(
         except TrainscopeError as e:
             raise ConfigError(f"--cost-model: {e}") from None
         fits, where = fits_of_study(Path(cost_model_dir))
-        missing = sorted({op for s in strategies for op in NEEDS.get(s, ()) if op not in fits})
+        ops = needs()
+        chosen = ops if strategies is None else strategies
+        missing = sorted({op for s in chosen for op in ops.get(s, ()) if op not in fits})
         if missing:
             raise ConfigError(
                 f"--cost-model {cost_model_dir}: the sweep has no fit for {', '.join(missing)}, "

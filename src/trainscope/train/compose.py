@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainscope.checkpointing import apply_checkpointing
+from trainscope.activation_checkpointing import apply_checkpointing
 from trainscope.config import RuntimeConfig
 from trainscope.errors import ConfigError
 from trainscope.strategies.base import Strategy

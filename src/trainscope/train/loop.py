@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -22,9 +22,11 @@ from trainscope.precision import Precision
 from trainscope.profiling.timer import StageTimer, device_sync
 from trainscope.signals import raise_if_stopped
 from trainscope.strategies.base import Strategy
+from trainscope.train.progress import TRAIN_STAGES, EpochProgress, EpochResult
 from trainscope.workloads.base import LossFn, Workload, move_to
 
-TRAIN_STAGES = ("data_wait", "h2d", "forward", "backward", "comm", "optimizer")
+if TYPE_CHECKING:
+    from trainscope.train.checkpointer import Checkpointer
 
 
 @dataclass
@@ -197,58 +199,33 @@ def data_step(
     return None, targets.shape[0]
 
 
-@dataclass
-class EpochResult:
-    """What one epoch of training measured."""
-
-    epoch: int
-    steps: int
-    samples: int
-    duration_s: float
-    mean_loss: float | None
-    stage_s: dict[str, float] = field(default_factory=dict)
-    loader_start_s: float = 0.0
-    """Part of data wait spent creating the epoch's iterator (DataLoader worker start-up)."""
-    t_start: float = 0.0
-    """When the epoch began, in seconds since the run's clock origin."""
-    t_end: float = 0.0
-    """When its last step (and worker shutdown) ended, on the same clock."""
-
-
-@dataclass
-class EpochProgress:
-    """An epoch's running totals: what a checkpoint in mid-epoch saves, so that a resumed
-    epoch's row is the row the uninterrupted epoch would have had (plain data, JSON-able)."""
-
-    stage_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(TRAIN_STAGES, 0.0))
-    samples: int = 0
-    loss_sum: float = 0.0
-    loss_samples: int = 0
-    elapsed_s: float = 0.0
-    """Seconds of the epoch spent before the current attempt's part of it."""
-    loader_start_s: float = 0.0
-    t_start: float | None = None
-    """When the epoch began, on the run's clock (None until it does)."""
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain data for a checkpoint."""
-        return dict(self.__dict__, stage_s=dict(self.stage_s))
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> EpochProgress:
-        """The inverse of :meth:`to_dict` (unknown keys ignored)."""
-        known = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
-        progress = cls(**known)
-        progress.stage_s = {**dict.fromkeys(TRAIN_STAGES, 0.0), **progress.stage_s}
-        return progress
-
-
 StepLog = Callable[[list[dict[str, Any]]], None]
 StepFn = Callable[
     [TrainState, Iterator[tuple[torch.Tensor, torch.Tensor]], StageTimer],
     tuple["torch.Tensor | None", int],
 ]
-OnCheckpoint = Callable[[TrainState, EpochProgress], None]
+
+
+@dataclass
+class EpochOptions:
+    """How :func:`train_epoch` trains an epoch (every field has a default)."""
+
+    max_steps: int | None = None
+    """Stop the epoch after this many steps (None: the whole loader)."""
+    log_every: int = 10
+    """Resolve the step records (and read the losses back) every this many steps."""
+    on_steps: StepLog | None = None
+    """Called with each batch of resolved step records."""
+    step_fn: StepFn = train_step
+    """One step: :func:`train_step`, or :func:`data_step` for the input pipeline alone."""
+    reduce_losses: Callable[[torch.Tensor], torch.Tensor] | None = None
+    """The mean over ranks of a tensor of losses (one collective per log interval)."""
+    origin: float = 0.0
+    """The run's clock origin (a perf_counter reading): every ``t`` counts from it."""
+    checkpointer: Checkpointer | None = None
+    """Asked after every step whether a checkpoint is due (and then writes it)."""
+    resumed: EpochProgress | None = None
+    """A resumed epoch's totals up to its checkpoint."""
 
 
 def _start_epoch(loader: BatchLoader, epoch: int, skip: int) -> None:
@@ -266,61 +243,66 @@ def _start_epoch(loader: BatchLoader, epoch: int, skip: int) -> None:
         loader.skip(skip)
 
 
-def train_epoch(
-    state: TrainState,
-    loader: BatchLoader,
-    timer: StageTimer,
-    *,
-    max_steps: int | None = None,
-    log_every: int = 10,
-    on_steps: StepLog | None = None,
-    step_fn: StepFn = train_step,
-    reduce_losses: Callable[[torch.Tensor], torch.Tensor] | None = None,
-    origin: float = 0.0,
-    checkpoint_every: int = 0,
-    on_checkpoint: OnCheckpoint | None = None,
-    resumed: EpochProgress | None = None,
-) -> EpochResult:
-    """Train one epoch; every ``log_every`` steps hand the resolved step records to ``on_steps``.
+class _PendingSteps:
+    """Steps taken but not yet read back: (step, batch size, device loss, start time, lr).
+    :meth:`flush` resolves their stage times and losses in one go (one device sync per
+    log interval, not per step) and hands the records on."""
 
-    A step record is ``{"step", "epoch", "loss", "batch_size", "t", "lr", "stages": {...}}``
-    (``loss`` is None when ``step_fn`` is :func:`data_step`; ``t`` is when the step began,
-    in ``time.perf_counter`` seconds since ``origin``, the run's clock origin). With
-    ``reduce_losses`` (the mean over ranks, one collective per log interval, not per step)
-    ``loss`` is the global loss and ``rank_loss`` this rank's. Every ``checkpoint_every``
-    (global) steps the records so far are resolved and ``on_checkpoint`` gets the state and
-    the epoch's totals. A resumed epoch (``state.epoch_step`` > 0, its totals ``resumed``)
-    starts where the checkpoint was taken.
-    """
-    epoch = state.epoch + 1
-    state.model.train()
-    skip = state.epoch_step
-    _start_epoch(loader, epoch, skip)
-    n_steps = len(loader) if max_steps is None else min(len(loader), max_steps)
-    progress = resumed if resumed is not None and skip else EpochProgress()
-    totals = progress.stage_s
-    # (step, batch size, device loss, start time, lr): read back every log interval.
-    pending: list[tuple[int, int, torch.Tensor | None, float, float]] = []
+    def __init__(
+        self, state: TrainState, timer: StageTimer, opts: EpochOptions, epoch: int,
+        progress: EpochProgress,
+    ) -> None:  # fmt: skip
+        self.state, self.timer, self.opts = state, timer, opts
+        self.epoch, self.progress = epoch, progress
+        self.steps: list[tuple[int, int, torch.Tensor | None, float, float]] = []
 
-    def flush(block: bool) -> None:
-        times = timer.resolve(block=block)
+    def add(
+        self, step: int, batch_size: int, loss: torch.Tensor | None, t: float, lr: float
+    ) -> None:
+        self.steps.append((step, batch_size, loss, t, lr))
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def flush(self, block: bool) -> None:
+        """Resolve what the timer has finished; raise DivergedError on a non-finite loss
+        (unless the precision skips such steps)."""
+        times = self.timer.resolve(block=block)
         if not times:
             return
-        done, pending[:] = pending[: len(times)], pending[len(times) :]
-        # One read of many losses: a single device sync per log interval, not per step.
+        done, self.steps[:] = self.steps[: len(times)], self.steps[len(times) :]
+        records, diverged = self._records(done, times)
+        if self.opts.on_steps is not None:
+            self.opts.on_steps(records)
+        if diverged is not None and not self.state.precision.skips_nonfinite_steps:
+            raise DivergedError(
+                f"the loss was {diverged[1]} at step {diverged[0]} (epoch {self.epoch}; "
+                "computed in the loss + backward stage): training stopped there. Lower --lr, "
+                "or look for bad inputs"
+            )
+
+    def _losses(self, done: list) -> tuple[list[float | None], Iterator[float]]:
+        """This rank's losses (None for a data-only step) and, with ``reduce_losses``,
+        the global ones: one read of many losses."""
         losses = [loss for _, _, loss, _, _ in done if loss is not None]
         stacked = torch.stack(losses).float() if losses else None
         read = iter(stacked.cpu().tolist() if losses else [])
         values = [None if loss is None else next(read) for _, _, loss, _, _ in done]
-        glob = iter(reduce_losses(stacked).cpu().tolist() if reduce_losses and losses else [])
-        records, diverged = [], None
+        reduce = self.opts.reduce_losses
+        glob = iter(reduce(stacked).cpu().tolist() if reduce and losses else [])
+        return values, glob
+
+    def _records(self, done: list, times: list) -> tuple[list[dict[str, Any]], Any]:
+        """The step records, the epoch's totals updated; the first non-finite loss."""
+        values, glob = self._losses(done)
+        progress, records, diverged = self.progress, [], None
         for (step, bs, _, t, lr), value, st in zip(done, values, times):
             for k, v in st.items():
-                totals[k] += v
-            rec = {"step": step, "epoch": epoch, "loss": value, "batch_size": bs, "t": t}
+                progress.stage_s[k] += v
+            rec = {"step": step, "epoch": self.epoch, "loss": value, "batch_size": bs, "t": t}
             rec["lr"] = lr
             rec["stages"] = st
-            if reduce_losses is not None and value is not None:
+            if self.opts.reduce_losses is not None and value is not None:
                 rec["rank_loss"], rec["loss"] = value, next(glob)
             if rec["loss"] is not None and not math.isfinite(rec["loss"]):
                 # Written as null (strict JSON); under GradScaler the step was skipped.
@@ -331,58 +313,62 @@ def train_epoch(
                 progress.loss_sum += rec["loss"] * bs
                 progress.loss_samples += bs
             records.append(rec)
-        if on_steps is not None:
-            on_steps(records)
-        if diverged is not None and not state.precision.skips_nonfinite_steps:
-            raise DivergedError(
-                f"the loss was {diverged[1]} at step {diverged[0]} (epoch {epoch}; computed "
-                "in the loss + backward stage): training stopped there. Lower --lr, or look "
-                "for bad inputs"
-            )
+        return records, diverged
 
+
+def train_epoch(
+    state: TrainState, loader: BatchLoader, timer: StageTimer, options: EpochOptions | None = None
+) -> EpochResult:
+    """Train one epoch; every ``log_every`` steps hand the resolved step records to ``on_steps``.
+
+    A step record is ``{"step", "epoch", "loss", "batch_size", "t", "lr", "stages": {...}}``
+    (``loss`` is None when ``step_fn`` is :func:`data_step`; ``t`` is when the step began,
+    in ``time.perf_counter`` seconds since ``origin``, the run's clock origin). With
+    ``reduce_losses`` (the mean over ranks, one collective per log interval, not per step)
+    ``loss`` is the global loss and ``rank_loss`` this rank's. Whenever the checkpointer
+    says one is due, the records so far are resolved and it saves the state with the
+    epoch's totals. A resumed epoch (``state.epoch_step`` > 0, its totals ``resumed``)
+    starts where the checkpoint was taken.
+    """
+    opts = options if options is not None else EpochOptions()
+    epoch = state.epoch + 1
+    state.model.train()
+    skip = state.epoch_step
+    _start_epoch(loader, epoch, skip)
+    n_steps = len(loader) if opts.max_steps is None else min(len(loader), opts.max_steps)
+    progress = opts.resumed if opts.resumed is not None and skip else EpochProgress()
+    pending = _PendingSteps(state, timer, opts, epoch, progress)
     t0 = time.perf_counter()
     if progress.t_start is None:
-        progress.t_start = t0 - origin
+        progress.t_start = t0 - opts.origin
     # Creating the iterator starts the DataLoader workers: time the batch pipeline pays, so
     # it counts as data wait (host-timed; the device is idle at an epoch boundary anyway).
     batches = iter(loader)
     loader_start = time.perf_counter() - t0
-    totals["data_wait"] += loader_start
+    progress.stage_s["data_wait"] += loader_start
     progress.loader_start_s += loader_start
     for _ in range(n_steps - skip):
         raise_if_stopped()  # a Ctrl-C or SIGTERM whose exception a finalizer swallowed
         # Host time at the step's start, on the run's clock: stages, evaluation and
         # system samples of one run then share one axis (the timeline, the trace).
-        t_step = round(time.perf_counter() - origin, 6)
+        t_step = round(time.perf_counter() - opts.origin, 6)
         lr = state.optimizer.param_groups[0]["lr"]  # this step's (the schedule moves it)
-        loss, batch_size = step_fn(state, batches, timer)
+        loss, batch_size = opts.step_fn(state, batches, timer)
         state.epoch_step += 1
-        pending.append((state.step, batch_size, loss, t_step, lr))
+        pending.add(state.step, batch_size, loss, t_step, lr)
         progress.samples += batch_size
-        if len(pending) >= log_every:
-            flush(block=True)
-        if checkpoint_every and on_checkpoint and state.step % checkpoint_every == 0:
-            flush(block=True)  # every step up to here is in the record before the checkpoint
+        if len(pending) >= opts.log_every:
+            pending.flush(block=True)
+        if opts.checkpointer is not None and opts.checkpointer.due(state.step):
+            pending.flush(block=True)  # every step up to here is in the record before it
             if state.epoch_step < n_steps:  # at the epoch's end the epoch's own row saves it
-                snapshot = EpochProgress.from_dict(progress.to_dict())
-                snapshot.elapsed_s += time.perf_counter() - t0
-                on_checkpoint(state, snapshot)
-    flush(block=True)
+                opts.checkpointer.save(state, progress.snapshot(time.perf_counter() - t0))
+    pending.flush(block=True)
     del batches  # shut non-persistent workers down inside the epoch's time
     device_sync(state.device)
     state.epoch, state.epoch_step = epoch, 0
     t_end = time.perf_counter()
-    return EpochResult(
-        epoch=epoch,
-        steps=n_steps,
-        samples=progress.samples,
-        duration_s=progress.elapsed_s + t_end - t0,
-        mean_loss=progress.loss_sum / progress.loss_samples if progress.loss_samples else None,
-        stage_s=totals,
-        loader_start_s=progress.loader_start_s,
-        t_start=progress.t_start,
-        t_end=t_end - origin,
-    )
+    return progress.result(epoch, n_steps, t_end - t0, t_end - opts.origin)
 
 
 @torch.no_grad()
@@ -400,3 +386,21 @@ def evaluate(state: TrainState, workload: Workload, loader: BatchLoader) -> dict
             loss = state.loss_fn(outputs, targets)
         metrics.update(outputs.float(), targets, loss.float())
     return metrics.compute()
+
+
+# TRAIN_STAGES, EpochProgress and EpochResult live with the run's other progress figures
+# (train.progress); they are imported from here as well.
+__all__ = [
+    "TRAIN_STAGES",
+    "EpochOptions",
+    "EpochProgress",
+    "EpochResult",
+    "TrainState",
+    "data_step",
+    "evaluate",
+    "local_tensors",
+    "rng_states",
+    "set_rng_states",
+    "train_epoch",
+    "train_step",
+]

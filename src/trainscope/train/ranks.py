@@ -4,7 +4,7 @@ agreed by all ranks, the per-rank figures gathered on rank 0, and the saved weig
 Rank 0 writes the run directory exactly as a one-process run does (its ``metrics.jsonl``
 step lines carry the loss averaged over ranks, and its own as ``rank_loss``). Every other
 rank writes ``ranks/rank<R>/`` the same way: its step lines (``metrics.jsonl``), system
-samples and ``summary.json``. Rank 0's summary gathers every rank's figures: world size,
+samples and ``summary.json``. Rank 0's record gathers every rank's figures: world size,
 and per stage the min, mean and max across ranks, so a straggler shows.
 """
 
@@ -23,6 +23,7 @@ from trainscope.records import OwnedDir, prepare_run_dir, reopen_run_dir
 from trainscope.records.jsonio import TMP_PREFIX
 from trainscope.runtime.dist import DistInfo, broadcast_object, gather_objects
 from trainscope.runtime.threads import combine
+from trainscope.train.record import RankFigures
 
 
 def agree_run_dir(info: DistInfo, make: Callable[[], OwnedDir]) -> tuple[Path, OwnedDir | None]:
@@ -92,23 +93,24 @@ def rank_summary(info: DistInfo, summary: dict[str, Any], hostname: str) -> dict
     }
 
 
-def gather_ranks(info: DistInfo, summary: dict[str, Any]) -> None:
-    """Rank 0's summary gets every rank's figures and the spread of each stage (a
-    collective: every rank calls it; nothing to do in a one-process run)."""
+def gather_ranks(info: DistInfo, summary: dict[str, Any]) -> RankFigures | None:
+    """Every rank's figures (from each rank's ``summary``, as its record holds it so far)
+    and the spread of each stage, for rank 0's record (a collective: every rank calls it;
+    None in a one-process run)."""
     if info.world_size == 1:
-        return
+        return None
     import socket
 
     host = socket.gethostname()
     every = gather_objects(rank_summary(info, summary, host), info)
-    summary["ranks"] = every
-    # Rank 0's CPU verdict counts every rank on its node as the run's own load.
-    cpu = combine([r.get("cpu") for r in every if r.get("host") == host])
-    if cpu is not None:
-        summary["cpu"] = cpu
-    summary["stage_spread"] = stage_spread(every)
     peaks = [r["peak_memory_bytes"] for r in every if r.get("peak_memory_bytes") is not None]
-    summary["peak_memory_bytes_max_rank"] = max(peaks) if peaks else None
+    return RankFigures(
+        ranks=every,
+        stage_spread=stage_spread(every),
+        peak_memory_bytes_max_rank=max(peaks) if peaks else None,
+        # Rank 0's CPU verdict counts every rank on its node as the run's own load.
+        node_cpu=combine([r.get("cpu") for r in every if r.get("host") == host]),
+    )
 
 
 def stage_spread(ranks: list[dict[str, Any]]) -> dict[str, dict[str, float]]:

@@ -25,6 +25,7 @@ from trainscope.train.checkpoint import (
     damaged_text,
     load_checkpoint,
 )
+from trainscope.train.loop import local_tensors
 
 # Config keys a resume may change: how long to train (more epochs), how often to evaluate,
 # log and checkpoint, how the run is measured and launched. Numbers do not depend on them
@@ -266,73 +267,87 @@ def recorded_events(run_dir: Path) -> tuple[list[dict[str, Any]], int]:
 
 def resume_into(trainer: Any) -> None:
     """Put a :class:`~trainscope.train.trainer.Trainer` where its run's newest checkpoint
-    left off: the state (RNG included), what the run had recorded, and a ``resume`` line
-    in the record. Without any checkpoint a run restarted by torchrun starts over; a
-    ``--resume`` asked for by the user is refused."""
-    from trainscope.train.loop import EpochProgress, local_tensors
-
-    ctx, writer, state = trainer.ctx, trainer.writer, trainer.state
+    left off: its TrainState (RNG included) and its RunProgress, each restored in one
+    call, then a ``resume`` line in the metrics and the attempts in the record. Without
+    any checkpoint a run restarted by torchrun starts over; a ``--resume`` asked for by
+    the user is refused."""
+    ctx, writer = trainer.ctx, trainer.writer
     previous = gather_objects(ctx.previous, ctx.info)  # every rank's, for how it ended
-    ended = how_it_ended(previous)
     damaged: list[str] = []
     root = writer.run_dir / "checkpoints"
     found = agree_checkpoint(root, ctx.info, trainer._note, damaged)
     events, highest = recorded_events(writer.run_dir)
-    step = epoch = epoch_step = 0
-    where = None
     if found is None:
-        if not ctx.restarted:
-            raise TrainscopeError(
-                f"--resume {writer.run_dir}: {damaged_text(root, damaged)}"
-                if damaged
-                else f"--resume {writer.run_dir}: no complete checkpoint to go on from (run "
-                "with --checkpoint-every N or --checkpoint-every-epoch to write them)"
-            )
-        trainer._note(
-            "restarted with every checkpoint damaged: training from the beginning"
-            if damaged
-            else "restarted with no checkpoint written yet: training from the beginning"
-        )
+        _start_over(trainer, root, damaged)
+        position = {"from_step": 0, "from_epoch": 0, "epoch_step": 0, "checkpoint": None}
     else:
-        ckpt, sd = found
-        run = sd["run"]
-        mine = local_tensors(state.model.state_dict())  # FSDP: this rank's shards
-        check_fits(run, trainer.run_facts(), ckpt, mine, sd["model"])
-        step, epoch, epoch_step = sd["step"], sd["epoch"], sd.get("epoch_step", 0)
-        where = str(ckpt.path.relative_to(writer.run_dir))
-        for k, v in (run.get("stages") or {}).items():
-            if k in trainer.stages:
-                trainer.stages[k] += v
-        # The checkpoint's own write time was measured after it was written: in its line.
-        written = [e for e in events if e.get("event") == "checkpoint" and e.get("step") == step]
-        seconds = written[-1].get("seconds") or 0.0 if written else 0.0
-        trainer.stages["checkpoint"] += seconds
-        trainer.wall_before = float(run.get("wall_s") or 0.0) + seconds
-        trainer.samples, trainer.steps = run.get("samples", 0), run.get("steps", 0)
-        trainer.train_time = run.get("train_time", 0.0)
-        trainer.epochs = list(run.get("epochs") or [])
-        trainer.first_losses = list(run.get("first_losses") or [])
-        if run.get("epoch_progress"):
-            trainer.resumed_epoch = EpochProgress.from_dict(run["epoch_progress"])
-        trainer.step_records = [
-            {"batch_size": e.get("batch_size"), "stages": e.get("stages") or {}}
-            for e in events
-            if e.get("event") == "step" and isinstance(e.get("step"), int) and e["step"] <= step
-        ]
-        state.load_state_dict(sd)  # last: RNG states as the checkpoint left them
+        position = _restore(trainer, *found, events)
+    _record_resume(trainer, position, previous, highest)
+
+
+def _start_over(trainer: Any, root: Path, damaged: list[str]) -> None:
+    """No checkpoint every rank can load: refused for ``--resume``; from the beginning
+    for a run torchrun restarted."""
+    run_dir = trainer.writer.run_dir
+    if not trainer.ctx.restarted:
+        raise TrainscopeError(
+            f"--resume {run_dir}: {damaged_text(root, damaged)}"
+            if damaged
+            else f"--resume {run_dir}: no complete checkpoint to go on from (run "
+            "with --checkpoint-every N or --checkpoint-every-epoch to write them)"
+        )
+    trainer._note(
+        "restarted with every checkpoint damaged: training from the beginning"
+        if damaged
+        else "restarted with no checkpoint written yet: training from the beginning"
+    )
+
+
+def _restore(
+    trainer: Any, ckpt: Checkpoint, sd: dict[str, Any], events: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """Check that the checkpoint fits this run, then load it into the trainer's progress
+    and state; returns where the run goes on from."""
+    run, state = sd["run"], trainer.state
+    mine = local_tensors(state.model.state_dict())  # FSDP: this rank's shards
+    check_fits(run, trainer.run_facts(), ckpt, mine, sd["model"])
+    step = sd["step"]
+    # The checkpoint's own write time was measured after it was written: in its line.
+    written = [e for e in events if e.get("event") == "checkpoint" and e.get("step") == step]
+    seconds = written[-1].get("seconds") or 0.0 if written else 0.0
+    steps = [
+        {"batch_size": e.get("batch_size"), "stages": e.get("stages") or {}}
+        for e in events
+        if e.get("event") == "step" and isinstance(e.get("step"), int) and e["step"] <= step
+    ]
+    trainer.progress.load_state_dict(run, written_s=seconds, step_records=steps)
+    state.load_state_dict(sd)  # last: RNG states as the checkpoint left them
+    return {
+        "from_step": step,
+        "from_epoch": sd["epoch"],
+        "epoch_step": sd.get("epoch_step", 0),
+        "checkpoint": str(ckpt.path.relative_to(trainer.writer.run_dir)),
+    }
+
+
+def _record_resume(
+    trainer: Any, position: dict[str, Any], previous: list[dict[str, Any] | None], highest: int
+) -> None:
+    """The ``resume`` line, the config it goes on with, the attempts and a note."""
+    ctx, writer = trainer.ctx, trainer.writer
+    ended = how_it_ended(previous)
+    step, epoch, epoch_step = position["from_step"], position["from_epoch"], position["epoch_step"]
     redone = max(0, highest - step)
     writer.log(
-        "resume", from_step=step, from_epoch=epoch, epoch_step=epoch_step, checkpoint=where,
-        previous=ended, steps_redone=redone, by="torchrun" if ctx.restarted else "--resume",
+        "resume", **position, previous=ended, steps_redone=redone,
+        by="torchrun" if ctx.restarted else "--resume",
     )  # fmt: skip
     writer.flush()
     if ctx.info.is_main:  # the config it goes on with (e.g. more epochs), now that it fits
         writer.write_config(trainer.cfg.saved_dict())
-    trainer.summary["attempts"] = [
-        *earlier_attempts(previous[0] or {}, ended),
-        {**trainer.summary["attempts"][-1], "from_step": step, "from_epoch": epoch,
-         "epoch_step": epoch_step, "checkpoint": where, "steps_redone": redone},
-    ]  # fmt: skip
+    trainer.record.resumed(
+        earlier_attempts(previous[0] or {}, ended), **position, steps_redone=redone
+    )
     inside = f", {epoch_step} step(s) into epoch {epoch + 1}" if epoch_step else ""
     trainer._note(
         f"attempt {ctx.attempt}: resumed from step {step} (after epoch {epoch}{inside}); the "

@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from trainscope import outcomes
-from trainscope.config import MULTIPROCESS_STRATEGIES, RunConfig
+from trainscope import outcomes, registry
+from trainscope.config import RunConfig
 from trainscope.errors import ConfigError, TrainscopeError
 from trainscope.precision import make_precision
 from trainscope.profiling.system import SystemSampler, clock_origin, process_start
@@ -33,11 +33,12 @@ from trainscope.runtime.dist import (
 )
 from trainscope.runtime.threads import CpuMeter, apply_threads, plan_threads
 from trainscope.signals import signals_deferred
-from trainscope.strategies import make_strategy
+from trainscope.strategies import make_strategy, strategy_options
 from trainscope.textsafe import one_line
 from trainscope.tracking import make_sinks
 from trainscope.train import failures, ranks
 from trainscope.train.console import RunConsole
+from trainscope.train.record import RunFacts, RunSummary, now_utc
 from trainscope.train.resume import earlier_attempts, how_it_ended, precheck
 from trainscope.train.trainer import (  # noqa: F401 (build_optimizer, compose, ... re-exported)
     NO_VALIDATION,
@@ -75,12 +76,12 @@ def run(cfg: RunConfig, console: RunConsole | None = None) -> dict[str, Any]:
         cfg = dataclasses.replace(cfg, resume=True, overwrite=False)
     device = resolve_device(cfg.runtime.device)
     info = DistInfo()
-    if cfg.dist.strategy in MULTIPROCESS_STRATEGIES:
+    if registry.STRATEGIES[cfg.dist.strategy].multiprocess:
         info = init_distributed(cfg.dist.backend, device.type, cfg.dist.timeout_s)
     elif under_torchrun() and int(os.environ["WORLD_SIZE"]) > 1:
         raise ConfigError(
             f"strategy {cfg.dist.strategy} runs in one process; under torchrun with several "
-            f"processes use one of {', '.join(MULTIPROCESS_STRATEGIES)}"
+            f"processes use one of {', '.join(registry.multiprocess_names())}"
         )
     # Threads are set before any parallel op, for this process's share of the cores, and
     # given back after: a notebook or a study keeps its own setting.
@@ -115,7 +116,7 @@ def _run(
     """:func:`run` once the process group (if any) exists."""
     console = console if console is not None and info.is_main else RunConsole(enabled=False)
     precision = make_precision(cfg.runtime.precision, device)
-    strategy = make_strategy(cfg.dist.strategy, info, device, bucket_mb=cfg.dist.bucket_mb)
+    strategy = make_strategy(cfg.dist.strategy, info, device, strategy_options(cfg.dist))
     strategy.local_batch_size(cfg.data.batch_size)  # an uneven split fails before any file
     check_options(cfg.workload)  # so does a bad workload option
     # Tracking sinks mirror rank 0 only; a missing package refuses the run up front.
@@ -143,8 +144,7 @@ def _run(
 
 def _record(ctx: RunContext, owned: OwnedDir) -> dict[str, Any]:
     """The run inside its (locked) directory: every way it ends is written to the record."""
-    cfg, console, device, info = ctx.cfg, ctx.console, ctx.device, ctx.info
-    precision, strategy, sinks = ctx.precision, ctx.strategy, ctx.sinks
+    cfg, info, sinks = ctx.cfg, ctx.info, ctx.sinks
     run_dir = owned.path if info.is_main else owned.path.parent.parent
     outcomes.note_run_dir(run_dir)
     if cfg.resume:
@@ -153,107 +153,132 @@ def _record(ctx: RunContext, owned: OwnedDir) -> dict[str, Any]:
     if info.is_main and not cfg.resume:  # (a resumed run saves it once the checkpoint fits)
         # Saved without out/overwrite: rerunning config.yaml makes a fresh run directory.
         writer.write_config(cfg.saved_dict())
-        writer.write_env(describe_environment(device))
+        writer.write_env(describe_environment(ctx.device))
         writer.record(dirs=sinks.folders())
     # What is in the sinks' folders now is not theirs (an earlier run's leftovers kept by
     # the claim, or a user's): only what appears during the run is recorded as written.
     sink_files_before = {folder: owned.tree(folder) for folder in sinks.folders()}
-    summary: dict[str, Any] = {
-        "status": "running",
-        "error": None,
-        "workload": cfg.workload.name,
-        "device": str(device),
-        "device_name": device_name(device),
-        "precision": precision.name,
-        "batch_size": cfg.data.batch_size,
-        "loader": cfg.data.loader,
-        "num_workers": cfg.data.num_workers,
-        "data_only": cfg.train.data_only,
-        "started_at": (ctx.previous or {}).get("started_at")
-        or datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "strategy": strategy.name,
-        "world_size": info.world_size,
-        "rank": info.rank,
-        "clock": clock_origin(ctx.origin if ctx.origin is not None else ctx.t_start),
-        "process": process_start(ctx.t_start),
-    }
-    if cfg.resume:  # filled in when the checkpoint is loaded (train.resume)
+    record = _open_record(ctx, writer)
+    _announce(ctx, run_dir, record)
+    try:
+        _train(ctx, writer, record)
+    finally:
+        ctx.console.stop()  # the progress bar or lines of an epoch a failure cut short
+        _close_record(ctx, writer, record)
+        if sinks:
+            _finish_sinks(ctx, record, owned, sink_files_before)
+    summary = record.to_dict()
+    ctx.console.finish(summary, run_dir if info.is_main else None)
+    return summary
+
+
+def _open_record(ctx: RunContext, writer: RunWriter) -> RunSummary:
+    """The run's summary with the facts known before it trains, written at once: a
+    killed run leaves "running", never "completed"."""
+    cfg, device, info = ctx.cfg, ctx.device, ctx.info
+    facts = RunFacts(
+        workload=cfg.workload.name,
+        device=str(device),
+        device_name=device_name(device),
+        precision=ctx.precision.name,
+        batch_size=cfg.data.batch_size,
+        loader=cfg.data.loader,
+        num_workers=cfg.data.num_workers,
+        data_only=cfg.train.data_only,
+        started_at=(ctx.previous or {}).get("started_at") or now_utc(),
+        strategy=ctx.strategy.name,
+        world_size=info.world_size,
+        rank=info.rank,
+        clock=clock_origin(ctx.origin if ctx.origin is not None else ctx.t_start),
+        process=process_start(ctx.t_start),
+    )
+    record = RunSummary(writer, facts)
+    if cfg.resume:  # where it goes on from is filled in when the checkpoint loads
         by = "torchrun restart" if ctx.restarted else "--resume"
         ended = how_it_ended([ctx.previous])
-        summary["attempts"] = [
-            *earlier_attempts(ctx.previous or {}, ended),
-            {"attempt": ctx.attempt, "started_at": _now(), "by": by},
-        ]
-    writer.write_summary(summary)  # a killed run leaves "running", never "completed"
+        record.begin_attempt(
+            earlier_attempts(ctx.previous or {}, ended),
+            {"attempt": ctx.attempt, "started_at": now_utc(), "by": by},
+        )
+    record.write()
+    return record
+
+
+def _announce(ctx: RunContext, run_dir: Path, record: RunSummary) -> None:
+    """The run's start, to the console and the tracking sinks."""
+    console = ctx.console
+    summary = record.to_dict()
     console.start(run_dir, summary)
-    note = strategy.describe().get("note")  # e.g. DataParallel on a single device
+    note = ctx.strategy.describe().get("note")  # e.g. DataParallel on a single device
     if note:
         console.note(note)
     if ctx.cpu is not None:
         crowded = ctx.cpu.plan_note()  # more threads than cores before any other load
         if crowded:
             console.note(crowded)
-    sinks.start(run_dir, cfg.to_dict(), summary)
+    ctx.sinks.start(run_dir, ctx.cfg.to_dict(), summary)
+
+
+def _train(ctx: RunContext, writer: RunWriter, record: RunSummary) -> None:
+    """Train, the system sampled meanwhile; how it ended goes into the record."""
+    cfg = ctx.cfg
     sampler = SystemSampler(
         writer.run_dir / "system.jsonl",
         cfg.runtime.system_interval_s,
-        gpus=device.type == "cuda",
-        on_sample=sinks.log_system,
+        gpus=ctx.device.type == "cuda",
+        on_sample=ctx.sinks.log_system,
         origin=ctx.origin,
     )
-    watchdog = _stall_watchdog(cfg, info, writer, summary, console)
+    watchdog = _stall_watchdog(cfg, ctx.info, record)
     try:
         with sampler, watchdog:
-            progress = getattr(watchdog, "progress", None)  # multi-process runs only
-            Trainer(ctx, writer, summary, progress).run()
-        summary["system"] = sampler.summary()
-        if summary["status"] != "failed":  # unless the stall watchdog has ended the run
-            summary["status"] = "completed"
+            watch = getattr(watchdog, "progress", None)  # multi-process runs only
+            Trainer(ctx, writer, record, watch).run()
+        record.set_system(sampler.summary())
+        record.complete()  # unless the stall watchdog has ended the run
     except BaseException as e:
         explained = failures.explain(e, cfg, watchdog)  # the user's or the machine's cause
-        if summary["status"] != "failed":  # the stall watchdog may have said why already
-            summary["error"] = failures.describe(e, explained)
-        summary["status"] = "failed"
-        summary["system"] = sampler.summary()
-        if ctx.cpu is not None and "cpu" not in summary:  # ended before its figures
-            summary["cpu"] = ctx.cpu.section(workers=_int_or_zero(summary.get("num_workers")))
+        record.fail(failures.describe(e, explained))  # unless the stall watchdog said why
+        record.set_system(sampler.summary())
+        if ctx.cpu is not None and record.cpu is None:  # ended before its figures
+            record.set_cpu(ctx.cpu.section(workers=_int_or_zero(record.facts.num_workers)))
         if explained:
             raise TrainscopeError(explained) from e
         raise
-    finally:
-        console.stop()  # the progress bar or lines of an epoch a failure cut short
-        # A signal now would cut the last write short and leave the record "running": it
-        # waits until the record is complete.
-        with signals_deferred():
-            summary["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-            if summary.get("attempts"):  # a resumed run: how this attempt ended
-                ended = summary["status"]
-                if summary.get("error"):
-                    ended = f"{ended}: {summary['error']}"
-                summary["attempts"][-1].update(ended=ended, finished_at=summary["finished_at"])
-            writer.close()
-            if sinks:
-                summary["tracking"] = sinks.describe()
-            writer.write_summary(summary)  # the record is complete before any upload waits
-            precision.close()
-        if sinks:
-            sinks.finish(summary)
-            if sinks.warnings_list != summary["tracking"]["warnings"]:
-                summary["tracking"] = sinks.describe()  # finish() itself failed
-                writer.write_summary(summary)
-            for folder in sinks.folders():  # only the sink knows the names it wrote
-                owned.record_tree(folder, sink_files_before.get(folder, set()))
-    console.finish(summary, run_dir if info.is_main else None)
-    return summary
+
+
+def _close_record(ctx: RunContext, writer: RunWriter, record: RunSummary) -> None:
+    """The record completed before any upload waits."""
+    # A signal now would cut the last write short and leave the record "running": it
+    # waits until the record is complete.
+    with signals_deferred():
+        record.end()
+        writer.close()
+        if ctx.sinks:
+            record.set_tracking(ctx.sinks.describe())
+        record.write()
+        ctx.precision.close()
+
+
+def _finish_sinks(
+    ctx: RunContext, record: RunSummary, owned: OwnedDir, files_before: dict[str, Any]
+) -> None:
+    """The tracking sinks' last uploads; what they wrote recorded as the run's."""
+    sinks = ctx.sinks
+    summary = record.to_dict()
+    sinks.finish(summary)
+    if sinks.warnings_list != summary["tracking"]["warnings"]:
+        record.set_tracking(sinks.describe())  # finish() itself failed
+        record.write()
+    for folder in sinks.folders():  # only the sink knows the names it wrote
+        owned.record_tree(folder, files_before.get(folder, set()))
 
 
 # Exit status of a process ended by the stall watchdog.
 STALL_EXIT = 3
 
 
-def _stall_watchdog(
-    cfg: RunConfig, info: DistInfo, writer: RunWriter, summary: dict[str, Any], console: Any
-) -> Any:
+def _stall_watchdog(cfg: RunConfig, info: DistInfo, record: RunSummary) -> Any:
     """A watchdog that ends every rank of a stalled multi-process run within the stall
     timeout, each with the verdict in its record; a no-op context for one process."""
     if info.world_size == 1:
@@ -266,18 +291,7 @@ def _stall_watchdog(
         # In the watchdog's thread, while the main thread may be stuck in a collective:
         # record, say it once, and leave without waiting for anything that may never come.
         message = f"stalled: {verdict.message()}"
-        finished = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        for _ in range(3):  # a copy races with the main thread only if it is not stuck
-            try:
-                writer.flush()
-                writer.write_summary(
-                    {**summary, "status": "failed", "error": message, "finished_at": finished}
-                )
-                break
-            except (RuntimeError, ValueError, OSError):
-                time.sleep(0.1)
-        # Should the main thread get going again, it records the same verdict.
-        summary.update(status="failed", error=message)
+        record.stall(message)
         if not outcomes.report_end(message, "stalled") and info.is_main:
             print(f"trainscope: error: {one_line(message)}", file=sys.stderr, flush=True)
         # Leave in order, each rank's verdict written first: rank 0 hosts the store the
@@ -295,10 +309,6 @@ def _stall_watchdog(
 
 def _int_or_zero(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def _reopen(cfg: RunConfig, world_size: int, restarted: bool) -> OwnedDir:

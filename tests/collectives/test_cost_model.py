@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from trainscope.collectives import model
+from trainscope.collectives import cost_model as model
 from trainscope.collectives.bandwidth import bus_factor
 from trainscope.collectives.semantics import OPS
 

@@ -1,5 +1,5 @@
-"""Activation checkpointing (trainscope.checkpointing): policies, errors, what it saves and
-that it changes no number.
+"""Activation checkpointing (trainscope.activation_checkpointing): policies, errors, what it
+saves and that it changes no number.
 
 Full checkpointing of an L-block gpt-char must cut the saved activations the memory meter
 counts by at least (L - 1) / L of the blocks' share (each block keeps its input only), and
@@ -12,7 +12,11 @@ import pytest
 import torch
 from torch import nn
 
-from trainscope.checkpointing import apply_checkpointing, checkpointed_blocks, parse_policy
+from trainscope.activation_checkpointing import (
+    apply_checkpointing,
+    checkpointed_blocks,
+    parse_policy,
+)
 from trainscope.errors import ConfigError
 from trainscope.profiling.memory import SavedActivations
 from trainscope.workloads.gpt import GPT, GPTConfig, lm_loss

@@ -1,0 +1,318 @@
+"""The extension points: parallel strategies and study kinds, one entry each (torch-free).
+
+An entry names its code as ``"module:attribute"`` (imported only when used, so ``--help``
+and the torch-free reports never import torch) and carries what the rest of trainscope
+needs to know without importing it: whether a strategy needs several processes, the
+config keys it takes, the configurations it adds to the strategies study and how
+``collectives --predict`` models each; a study's planner, report builder, flags, the run
+settings it varies (and so refuses from the command line) and its help text. The CLI,
+config validation, the studies, the reports and the predictions read these tables;
+nothing else spells a strategy's or a study's name.
+
+Adding a strategy is a module with a :class:`~trainscope.strategies.base.Strategy` class
+plus one :func:`register_strategy` call; adding a study, a module with a planner (and a
+report builder) plus one :func:`register_study` call. The built-ins are registered at the
+bottom of this module, in the order every listing shows them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+
+def load(target: str) -> Any:
+    """The object a ``"package.module:attribute"`` string names (imported now)."""
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+# --------------------------------------------------------------------------- strategies
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One configuration of the strategies study, contributed by a strategy."""
+
+    name: str
+    """Its name in the study (``ddp``, ``ddp-1proc``, ``allreduce-bucketed``)."""
+    one_process: bool = False
+    """Run in one process even when the strategy can take several (``ddp-1proc``)."""
+    bucketed: bool = False
+    """Takes the study's ``--bucket-mb`` as ``dist.bucket_mb``."""
+    predict: str | None = None
+    """``"module:function"`` predicting its communication from α–β fits, or None: no
+    model (``collectives --predict`` and the study's report say so)."""
+    predict_ops: tuple[str, ...] = ()
+    """The collectives whose fits its prediction needs (a sweep must have timed them)."""
+    measured_as: str | None = None
+    """How the study measures its communication to set beside the prediction: ``comm``
+    (its own stage), ``backward-delta`` (backward minus allreduce's) or
+    ``fwd-bwd-delta`` (forward + backward minus allreduce's); None: not compared."""
+    comm_place: str | None = None
+    """Where its gradient communication is when it has no stage of its own (report text);
+    None: the ``comm`` stage, timed."""
+    overlap_modelled: bool = False
+    """Its prediction models the overlap with compute (DDP's buckets during backward), so
+    its exposed part is the model's; otherwise a prediction without one counts whole."""
+
+
+@dataclass(frozen=True)
+class StrategyEntry:
+    """A parallel strategy: ``--strategy NAME``."""
+
+    name: str
+    target: str
+    """``"module:Class"``: a Strategy taking ``(info, device, **options)``."""
+    multiprocess: bool
+    """One process per device with a process group (launched through torchrun)."""
+    help: str
+    """One line for ``run --help`` and the docs."""
+    options: tuple[str, ...] = ()
+    """``dist.*`` keys it takes besides the common ones (passed to its constructor by
+    their last part, ``dist.bucket_mb`` as ``bucket_mb``); refused for other strategies."""
+    variants: tuple[Variant, ...] = ()
+    """Its configurations in the strategies study (default: one, named as the strategy)."""
+
+    def study_variants(self) -> tuple[Variant, ...]:
+        """Its strategies-study configurations (one named after it when none are given)."""
+        return self.variants or (Variant(self.name),)
+
+
+_STRATEGIES: dict[str, StrategyEntry] = {}
+STRATEGIES: Mapping[str, StrategyEntry] = MappingProxyType(_STRATEGIES)
+"""Name -> entry, in registration order (read-only; add with :func:`register_strategy`)."""
+
+
+def register_strategy(entry: StrategyEntry) -> StrategyEntry:
+    """Add (or replace) a strategy; its study configurations must not clash with another's."""
+    taken = {v.name: s.name for s in _STRATEGIES.values() if s.name != entry.name
+             for v in s.study_variants()}  # fmt: skip
+    for v in entry.study_variants():
+        if v.name in taken:
+            raise ValueError(f"study configuration {v.name!r} is {taken[v.name]}'s already")
+    _STRATEGIES[entry.name] = entry
+    return entry
+
+
+def unregister_strategy(name: str) -> None:
+    """Remove a strategy (tests that register a toy one clean up with this)."""
+    _STRATEGIES.pop(name, None)
+
+
+def strategy_names() -> tuple[str, ...]:
+    """Every ``--strategy`` name, in registration order."""
+    return tuple(_STRATEGIES)
+
+
+def multiprocess_names() -> tuple[str, ...]:
+    """The strategies that run one process per device."""
+    return tuple(n for n, e in _STRATEGIES.items() if e.multiprocess)
+
+
+def strategy_options() -> tuple[str, ...]:
+    """Every ``dist.*`` key some strategy takes for itself."""
+    return tuple(dict.fromkeys(k for e in _STRATEGIES.values() for k in e.options))
+
+
+def study_variants() -> dict[str, tuple[StrategyEntry, Variant]]:
+    """The strategies study's configurations: name -> (its strategy, the variant)."""
+    return {v.name: (e, v) for e in _STRATEGIES.values() for v in e.study_variants()}
+
+
+# --------------------------------------------------------------------------- studies
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One flag of a study's command line: argparse's ``add_argument(*names, **kwargs)``."""
+
+    names: tuple[str, ...]
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StudyEntry:
+    """A study kind: ``trainscope study NAME``."""
+
+    name: str
+    help: str
+    planner: str
+    """``"module:function"``: ``plan(base_config, device, **options) -> StudyPlan``."""
+    report: str
+    """``"module:function"``: ``sections(study, doc, plots) -> Section`` for its report."""
+    options: str | None = None
+    """``"module:function"``: ``(args, overrides) -> (options, notes)``: its flags as the
+    planner's keyword arguments (it may move run overrides it reads itself, such as the
+    strategies study's ``--nproc``), and notes to print. None: no options of its own."""
+    flags: tuple[Flag, ...] = ()
+    fresh_process: bool = False
+    """Run each configuration in a process of its own unless told otherwise (studies that
+    compare setup time or memory)."""
+    sets: Mapping[str, str] = field(default_factory=dict)
+    """Run settings (dotted keys) it sets per configuration -> the study flag to use
+    instead: a run flag for one of them is refused, never silently overridden."""
+
+
+_STUDIES: dict[str, StudyEntry] = {}
+STUDIES: Mapping[str, StudyEntry] = MappingProxyType(_STUDIES)
+"""Name -> entry, in registration order (read-only; add with :func:`register_study`)."""
+
+# Studies that are not study NAME subcommands but keep a study record (a report knows
+# their builder): ``trainscope collectives``.
+_RECORD_ONLY: dict[str, str] = {}
+
+
+def register_study(entry: StudyEntry) -> StudyEntry:
+    """Add (or replace) a study kind."""
+    _STUDIES[entry.name] = entry
+    return entry
+
+
+def unregister_study(name: str) -> None:
+    """Remove a study kind (tests that register a toy one clean up with this)."""
+    _STUDIES.pop(name, None)
+
+
+def report_builder(kind: str) -> Callable[..., Any] | None:
+    """The report builder of a study kind (a ``study`` subcommand's, or one that only keeps
+    a study record, such as ``collectives``), or None for a kind nobody registered."""
+    target = _STUDIES[kind].report if kind in _STUDIES else _RECORD_ONLY.get(kind)
+    return load(target) if target else None
+
+
+# --------------------------------------------------------------------------- built-ins
+
+_S = "trainscope.strategies"
+_P = "trainscope.collectives.predict"
+for _entry in (
+    StrategyEntry("single", f"{_S}.single:Single", False, "one process, no wrapper",
+                  variants=(Variant("single", comm_place="none"),)),
+    StrategyEntry("dp", f"{_S}.dp:DataParallelStrategy", False,
+                  "torch.nn.DataParallel: one process drives every GPU",
+                  variants=(Variant("dp", comm_place="in fwd/bwd"),)),
+    StrategyEntry(
+        "ddp", f"{_S}.ddp:DDPStrategy", True,
+        "DistributedDataParallel: bucketed all-reduce overlapped with backward",
+        variants=(
+            Variant("ddp-1proc", one_process=True, comm_place="in backward"),
+            Variant("ddp", predict=f"{_P}:predict_ddp", predict_ops=("all_reduce",),
+                    measured_as="backward-delta", comm_place="in backward",
+                    overlap_modelled=True),
+        ),
+    ),
+    StrategyEntry(
+        "fsdp", f"{_S}.fsdp:FSDPStrategy", True,
+        "FullyShardedDataParallel (FSDP2): parameters, gradients and states sharded",
+        variants=(Variant("fsdp", predict=f"{_P}:predict_fsdp",
+                          predict_ops=("all_gather", "reduce_scatter"),
+                          measured_as="fwd-bwd-delta", comm_place="in fwd/bwd"),),
+    ),
+    StrategyEntry(
+        "gather-scatter", f"{_S}.gather_scatter:GatherScatterStrategy", True,
+        "hand-written sync through rank 0: gather every gradient, average, scatter back",
+        variants=(Variant("gather-scatter", predict=f"{_P}:predict_gather_scatter",
+                          predict_ops=("broadcast",), measured_as="comm"),),
+    ),
+    StrategyEntry(
+        "allreduce", f"{_S}.allreduce:AllReduceStrategy", True,
+        "hand-written all_reduce per gradient tensor, or per --bucket-mb bucket",
+        options=("dist.bucket_mb",),
+        variants=(
+            Variant("allreduce", predict=f"{_P}:predict_allreduce",
+                    predict_ops=("all_reduce",), measured_as="comm"),
+            Variant("allreduce-bucketed", bucketed=True,
+                    predict=f"{_P}:predict_allreduce_bucketed",
+                    predict_ops=("all_reduce",), measured_as="comm"),
+        ),
+    ),
+):  # fmt: skip
+    register_strategy(_entry)
+
+
+def _list(text: str) -> dict[str, Any]:
+    return {"metavar": "LIST", "help": text}
+
+
+for _study in (
+    StudyEntry(
+        "loader",
+        "num_workers sweep (data-only epochs), pin/persistent variants, fast path, "
+        "and data wait vs compute per iteration",
+        "trainscope.studies.loader:plan", "trainscope.reports.study_loader:loader_sections",
+        options="trainscope.studies.loader:options_from_args",
+        flags=(
+            Flag(("--workers",), {"default": "0-10", **_list("num_workers values (0-10)")}),
+            Flag(("--sweep-epochs",), {"type": int, "default": 3, "metavar": "N",
+                                       "help": "epochs per sweep run"}),
+            Flag(("--iter-workers",), {"default": "0,2,4", **_list(
+                "num_workers values of the per-iteration training runs (0,2,4)")}),
+            Flag(("--iter-epochs",), {"type": int, "default": 2, "metavar": "N"}),
+            Flag(("--iter-steps",), {"type": int, "default": 50, "metavar": "N",
+                                     "help": "steps per epoch (50)"}),
+        ),
+        sets={
+            "train.epochs": "--sweep-epochs and --iter-epochs",
+            "train.max_steps_per_epoch": "--iter-steps",
+            "train.data_only": "nothing (the sweep is data-only, the iteration runs train)",
+            "data.num_workers": "--workers and --iter-workers",
+            "data.loader": "nothing (both loaders are measured)",
+            "data.pin_memory": "nothing (pin_memory is a variant of the sweep)",
+            "data.persistent_workers": "nothing (persistent_workers is a variant of the sweep)",
+            "data.prefetch_factor": "nothing (the sweep uses the default)",
+        },
+    ),
+    StudyEntry(
+        "profile", "stage breakdown of a training run, with the biggest stage and what to do",
+        "trainscope.studies.profile:plan", "trainscope.reports.study_profile:profile_sections",
+        fresh_process=True,
+    ),
+    StudyEntry(
+        "precision", "fp32 vs tf32 vs fp16+GradScaler vs bf16: loss, accuracy, time, memory",
+        "trainscope.studies.precision:plan",
+        "trainscope.reports.study_precision:precision_sections",
+        options="trainscope.studies.precision:options_from_args",
+        flags=(Flag(("--precisions",), {"default": "fp32,tf32,fp16,bf16",
+                                         **_list("precisions to compare (default all four)")}),),
+        fresh_process=True,
+        sets={"runtime.precision": "--precisions"},
+    ),
+    StudyEntry(
+        "strategies",
+        "every registered strategy's configurations (single, dp, ddp, fsdp, gather-scatter, "
+        "allreduce per tensor and bucketed) with --nproc N processes: accuracy, time and "
+        "communication per iteration (beside the alpha-beta model's prediction with "
+        "--cost-model), memory per rank",
+        "trainscope.studies.strategies:plan",
+        "trainscope.reports.study_strategies:strategies_sections",
+        options="trainscope.studies.strategies:options_from_args",
+        flags=(
+            Flag(("--strategies",), _list(
+                "configurations to compare (default all: the study's configurations of every "
+                "registered strategy)")),
+            Flag(("--cost-model",), {
+                "metavar": "DIR",
+                "help": "a `trainscope collectives` study: its fitted latency and bandwidth "
+                "predict each strategy's communication, shown beside the measured"}),
+        ),
+        fresh_process=True,
+        sets={"dist.strategy": "--strategies"},
+    ),
+    StudyEntry(
+        "checkpointing",
+        "activation checkpointing none / every-K / selective / full: saved activations vs "
+        "step time (default workload: a 4-block gpt-char)",
+        "trainscope.studies.checkpointing:plan",
+        "trainscope.reports.study_checkpointing:checkpointing_sections",
+        options="trainscope.studies.checkpointing:options_from_args",
+        flags=(Flag(("--policies",), {"default": "none,every-2,selective,full", **_list(
+            "policies to compare (default none,every-2,selective,full)")}),),
+        sets={"runtime.checkpointing": "--policies"},
+    ),
+):  # fmt: skip
+    register_study(_study)
+
+_RECORD_ONLY["collectives"] = "trainscope.reports.study_collectives:collectives_sections"

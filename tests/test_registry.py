@@ -1,0 +1,158 @@
+"""The extension points: a strategy and a study added from a module of their own plus one
+registry call appear everywhere trainscope lists, checks, plans, reports and predicts
+strategies and studies, with nothing else edited."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.reports.test_honest_numbers import BASE, CPU, Planted, report_of
+from trainscope import registry
+from trainscope.cli import main
+from trainscope.config import from_dict
+from trainscope.errors import ConfigError
+from trainscope.runtime.dist import DistInfo
+from trainscope.strategies import make_strategy
+
+pytestmark = pytest.mark.timeout(120)
+
+TOY = '''
+"""A toy strategy and a toy study, from outside trainscope."""
+from trainscope.reports.section import Section
+from trainscope.studies.base import finish_plan, repeats_of
+from trainscope.strategies.base import Strategy
+
+
+class ToySync(Strategy):
+    """Several processes, its own (toy) gradient sync."""
+
+    name = "toy-sync"
+
+    def __init__(self, info, device, bucket_mb=None):
+        super().__init__(info, device)
+        self.toy_knob = bucket_mb
+
+
+def plan(base_config, device, *, repeats=3, warmup=True, sizes="1,2"):
+    runs = []
+    for size in sizes.split(","):
+        runs += repeats_of(f"size{size}", repeats, labels={"size": size},
+                           overrides={"data.batch_size": 8 * int(size)})
+    options = {"repeats": repeats, "warmup": warmup, "sizes": sizes}
+    return finish_plan("toy-study", base_config, options, runs, warmup)
+
+
+def options_from_args(args, overrides):
+    return {"sizes": args.sizes}, [f"toy study of sizes {args.sizes}"]
+
+
+def sections(study, doc, plots):
+    doc.heading("Toy section", 2)
+    doc.paragraph("configurations: " + ", ".join(c.config for c in study.configs()))
+    return Section(findings=["toy finding"])
+'''
+
+
+@pytest.fixture
+def toy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    (tmp_path / "toy_ext.py").write_text(TOY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry.register_strategy(
+        registry.StrategyEntry(
+            "toy-sync", "toy_ext:ToySync", True, "a toy: hand-written sync of its own",
+            options=("dist.bucket_mb",),  # takes a knob another strategy takes too
+            variants=(registry.Variant("toy-sync", measured_as="comm"),),
+        )
+    )  # fmt: skip
+    registry.register_study(
+        registry.StudyEntry(
+            "toy-study", "sizes of a toy", "toy_ext:plan", "toy_ext:sections",
+            options="toy_ext:options_from_args",
+            flags=(registry.Flag(("--sizes",), {"default": "1,2", "metavar": "LIST"}),),
+            sets={"data.batch_size": "--sizes"},
+        )
+    )  # fmt: skip
+    yield
+    registry.unregister_strategy("toy-sync")
+    registry.unregister_study("toy-study")
+    sys.modules.pop("toy_ext", None)
+
+
+def _help(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    with pytest.raises(SystemExit):
+        main([*argv, "--help"])
+    return " ".join(capsys.readouterr().out.split())
+
+
+def test_a_registered_strategy_is_listed_checked_and_built(toy, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    assert "| allreduce | toy-sync (default single)" in _help(capsys, "run")
+    cfg = from_dict({"dist": {"strategy": "toy-sync", "nproc": 2, "bucket_mb": 4}})
+    assert cfg.dist.world_size == 2  # a multi-process strategy, with its own option
+    with pytest.raises(ConfigError, match="bucket_mb applies to strategy allreduce or toy-sync"):
+        from_dict({"dist": {"strategy": "ddp", "nproc": 2, "bucket_mb": 4}})
+    built = make_strategy("toy-sync", DistInfo(), torch.device("cpu"), {"dist.bucket_mb": 4})
+    assert type(built).__name__ == "ToySync" and built.toy_knob == 4
+    with pytest.raises(ConfigError, match="unknown strategy 'nope'.*allreduce, toy-sync"):
+        from_dict({"dist": {"strategy": "nope"}})
+
+
+def test_a_registered_strategy_is_planned_reported_and_has_a_no_model_note(
+    toy, tmp_path, capsys
+) -> None:
+    from trainscope.collectives.predict_cli import not_modelled
+    from trainscope.studies import strategies
+
+    assert strategies.configurations()[-1] == "toy-sync"
+    plan = strategies.plan(BASE, CPU, repeats=3, strategies=["single", "toy-sync"])
+    toy_run = [r for r in plan.runs if r.config == "toy-sync"][0]
+    assert toy_run.overrides["dist.strategy"] == "toy-sync" and toy_run.labels["processes"] == 2
+    planted = {f"toy-sync/r{k}": {"train_time_s": 0.05, "steps": 10} for k in (1, 2, 3)}
+    report = report_of(plan, tmp_path, Planted(planted, fresh=True))
+    names = [row[0] for row in report.tables["strategies"].cells()]
+    assert names == ["single", "toy-sync"]
+    # collectives --predict names it as a strategy the α–β model cannot predict.
+    assert not_modelled() == ["toy-sync"]
+    code = main(["collectives", "--predict", "--world", "4", "--interconnect", "nvlink4",
+                 "--model", "lenet5"])  # fmt: skip
+    assert code == 0
+    assert "No communication model" in capsys.readouterr().err
+
+
+def test_a_registered_study_has_its_command_flags_plan_and_report(toy, tmp_path, capsys) -> None:
+    assert "toy-study" in _help(capsys, "study")
+    assert "--sizes LIST" in _help(capsys, "study", "toy-study")
+    # The run setting it varies is refused from the command line, naming its own flag.
+    code = main(["study", "toy-study", "--batch-size", "16", "--dry-run"])
+    assert code == 2
+    assert "study toy-study sets --batch-size for each of its runs; use --sizes" in (
+        capsys.readouterr().err
+    )
+    code = main(["study", "toy-study", "--sizes", "1,3", "--repeats", "1", "--dry-run"])
+    out, err = capsys.readouterr()
+    assert code == 0 and "toy study of sizes 1,3" in err
+    assert "size3/r1: data.batch_size=24" in out
+    from trainscope.studies.base import execute
+
+    plan = registry.load("toy_ext:plan")(BASE, CPU, repeats=1, sizes="1,3")
+    execute(plan, tmp_path / "study", say=lambda _: None, run_fn=Planted({}))
+    from trainscope.reports.study_report import build_study_report
+
+    report = build_study_report(tmp_path / "study")
+    assert report.findings == ["toy finding"]
+    md = report.markdown_path.read_text(encoding="utf-8")
+    assert "Toy section" in md and "configurations: size1, size3" in md
+
+
+def test_the_readme_documents_every_registered_strategy_and_study(repo_root: Path) -> None:
+    readme = (repo_root / "README.md").read_text(encoding="utf-8")
+    for name, entry in registry.STRATEGIES.items():
+        processes = "N" if entry.multiprocess else "1"
+        assert f"| `{name}` | {processes} |" in readme, name
+    for name in registry.STUDIES:
+        assert f"### `study {name}`" in readme, name
