@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainscope.spread import Spread, spread
+from trainscope.util.spread import Spread, spread
 
 
 def trainscope_argv() -> list[str]:

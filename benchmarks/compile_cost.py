@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from trainscope.spread import differ, spread
+from trainscope.util.spread import differ, spread
 
 
 def trainscope_argv() -> list[str]:

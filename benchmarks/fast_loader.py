@@ -115,7 +115,7 @@ def main() -> None:
         vals = ", ".join(f"{v:.3f}" for v in results[k])
         label = "DataLoader(num_workers=0), per-sample" if k == "torch" else "fast path, batched"
         print(f"  {label:40s} median {med[k]:.3f} s/epoch  [{vals}]")
-    from trainscope.spread import differ, no_difference_text, spread
+    from trainscope.util.spread import differ, no_difference_text, spread
 
     torch_s, fast_s = spread(results["torch"]), spread(results["fast"])
     if differ(torch_s, fast_s):  # a ratio only where the min–max ranges do not overlap

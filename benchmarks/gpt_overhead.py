@@ -52,9 +52,9 @@ def one(kind: str, args: argparse.Namespace) -> float:
     """Seconds per step of one kind, measured in this process."""
     import torch
 
-    from trainscope.precision import Precision
     from trainscope.profiling.timer import HostStageTimer
     from trainscope.records import RunWriter
+    from trainscope.techniques.precision import Precision
     from trainscope.train.loop import EpochOptions, TrainState, train_epoch
 
     wl, loader, opt = setup(args)
@@ -107,9 +107,9 @@ def interleaved(args: argparse.Namespace) -> None:
     """Alternate blocks of bare and trainscope steps on one model and batch stream."""
     import torch
 
-    from trainscope.precision import Precision
     from trainscope.profiling.timer import HostStageTimer
     from trainscope.records import RunWriter
+    from trainscope.techniques.precision import Precision
     from trainscope.train.loop import EpochOptions, TrainState, train_epoch
 
     wl, data, opt = setup(args)

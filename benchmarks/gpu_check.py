@@ -19,7 +19,7 @@ Five sections, each printed as a Markdown table (and written to ``--json PATH``)
 (e) LeNet5 images/s at the largest batch that fits: a doubling search up to a cap that
     stops at the first out-of-memory error, then repeated timing at the size found.
 
-Every figure is a median with its spread and n (``trainscope.spread``: IQR for n >= 5,
+Every figure is a median with its spread and n (``trainscope.util.spread``: IQR for n >= 5,
 min-max below); warm-up steps are excluded everywhere and each section says how many.
 
     python benchmarks/gpu_check.py --json gpu_check.json
@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from trainscope.spread import differ, spread
+from trainscope.util.spread import differ, spread
 
 # The pure logic lives beside this script (tested without a GPU); the script's own folder
 # is where it is found, whether run as a script or loaded by path.
@@ -210,7 +210,7 @@ def gpt_setup(opts: argparse.Namespace, sz: dict[str, Any], device: Any) -> tupl
 
     from trainscope.config import DataConfig, WorkloadConfig
     from trainscope.data.loaders import make_loader
-    from trainscope.precision import make_precision
+    from trainscope.techniques.precision import make_precision
     from trainscope.train.loop import TrainState
     from trainscope.workloads import build_workload
 
@@ -402,8 +402,8 @@ def section_precision(
 
     from trainscope.config import from_dict
     from trainscope.errors import DeviceError
-    from trainscope.precision import make_precision
     from trainscope.profiling.peak import mfu
+    from trainscope.techniques.precision import make_precision
     from trainscope.train.run import run
 
     cuda = device.type == "cuda"
@@ -522,7 +522,7 @@ def section_lenet(opts: argparse.Namespace, sz: dict[str, Any], device: Any) -> 
     import torch
     from torch.nn import functional as F
 
-    from trainscope.precision import make_precision
+    from trainscope.techniques.precision import make_precision
     from trainscope.workloads.lenet import LeNet5
 
     cuda = device.type == "cuda"

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainscope.spread import Spread, differ, spread
+from trainscope.util.spread import Spread, differ, spread
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent

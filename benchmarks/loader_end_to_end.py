@@ -25,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from trainscope.spread import differ, no_difference_text, spread
+from trainscope.util.spread import differ, no_difference_text, spread
 
 LOADERS = ("torch", "fast")
 

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import argparse
 
-from trainscope.collectives.cost_model import given, terms
-from trainscope.collectives.predict import GradTensors, predict
 from trainscope.collectives.predict_cli import INTERCONNECTS
+from trainscope.comm.cost_model import given, terms
+from trainscope.comm.predict import GradTensors, predict
 from trainscope.estimate.archs import named
 from trainscope.estimate.tensors import tensor_numels
 

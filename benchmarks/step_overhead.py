@@ -20,8 +20,8 @@ import time
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from trainscope.precision import Precision
 from trainscope.profiling.timer import HostStageTimer
+from trainscope.techniques.precision import Precision
 from trainscope.train.loop import EpochOptions, TrainState, train_epoch
 from trainscope.workloads.lenet import LeNet5
 

@@ -23,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from trainscope.spread import differ, no_difference_text, spread
+from trainscope.util.spread import differ, no_difference_text, spread
 
 STRATEGIES = ("ddp", "gather-scatter", "allreduce")
 # The pairs compared, each as a / b.
@@ -60,7 +60,7 @@ def one_run(strategy: str, out: Path, args: argparse.Namespace) -> dict:
 
 def verdicts(iter_ms: dict[str, list[float]]) -> list[str]:
     """One line per pair in PAIRS: ``"a / b: 1.23x"``, the ratio of the median times per
-    iteration, only where the two differ by trainscope's rule (``trainscope.spread``: both
+    iteration, only where the two differ by trainscope's rule (``trainscope.util.spread``: both
     measured at least twice and their spreads, the IQR from 5 runs and the min–max range
     below, do not overlap); otherwise why no ratio is given."""
     iters = {s: spread(values) for s, values in iter_ms.items()}

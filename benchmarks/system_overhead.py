@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from trainscope.config import MAX_SYSTEM_INTERVAL_S, MIN_SYSTEM_INTERVAL_S, RuntimeConfig
-from trainscope.spread import Spread, differ, spread
+from trainscope.util.spread import Spread, differ, spread
 
 INTERVALS = {
     "off": MAX_SYSTEM_INTERVAL_S,

@@ -142,7 +142,7 @@ def gpt_run(tmp_path: Path) -> Path:
     """A saved gpt-char run directory (a tiny untrained model)."""
     import torch
 
-    from tests.test_sample import PATTERN, write_run
+    from tests.tools.test_sample import PATTERN, write_run
     from trainscope.data.text import CharVocab
     from trainscope.workloads.gpt import GPT, GPTConfig
 

@@ -6,7 +6,7 @@ and the report commands run without it).
 
 from typing import Any
 
-__version__ = "0.1.0"
+from trainscope.version import __version__
 
 
 def run(*args: Any, **kwargs: Any) -> Any:

@@ -20,7 +20,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trainscope.cli.flags import RUN_FLAGS
+from trainscope.config import (
+    RunConfig,
+    deletion_only_from_command_line,
+    from_dict,
+    load_yaml,
+    merge,
+)
 from trainscope.errors import ConfigError
+from trainscope.launch.launcher import run_or_launch
+from trainscope.records.study_dir import is_study_dir
+from trainscope.reports.run_report import build_run_report
+from trainscope.reports.study_report import build_study_report
+from trainscope.train.console import RunConsole
 
 
 @dataclass
@@ -38,8 +51,6 @@ class RunResult:
 
 def _flag_keys() -> dict[str, str]:
     """Keyword name (``batch_size``) -> dotted config key, from the CLI's own flags."""
-    from trainscope.cli_flags import RUN_FLAGS
-
     return {flag[2:].replace("-", "_"): dest for flag, (dest, _) in RUN_FLAGS.items()}
 
 
@@ -73,9 +84,6 @@ def run(
     exits non-zero, after recording ``failed`` and the error in its directory; a bad
     setting raises :class:`~trainscope.errors.ConfigError` before anything runs.
     """
-    from trainscope.cli import _deletion_from_command_line
-    from trainscope.config import RunConfig, from_dict, load_yaml, merge
-
     overrides = settings_to_overrides(settings, set)
     config_file: str | None = None
     if isinstance(config, RunConfig):
@@ -90,10 +98,8 @@ def run(
     # out / overwrite only from the arguments of this call, never from the config given.
     base = {k: v for k, v in base.items() if k not in ("out", "overwrite", "resume")}
     cfg = from_dict(merge(base, overrides))
-    _deletion_from_command_line(cfg, overrides, config_file)
+    deletion_only_from_command_line(cfg, overrides, config_file)
     cfg.runtime.progress = progress
-    from trainscope.launch import run_or_launch
-    from trainscope.train.console import RunConsole
     from trainscope.train.run import default_out
 
     if cfg.out is None:  # every rank and this process must agree on the directory
@@ -113,14 +119,8 @@ def run(
 def report(path: str | os.PathLike[str], out: str | os.PathLike[str] | None = None) -> Any:
     """Build the report of a run or a study directory (as ``trainscope report``); returns
     the report object (``markdown_path``, ``html_path``, ``files``, ``tables``)."""
-    from trainscope.records.study_dir import is_study_dir
-
     if is_study_dir(path):
-        from trainscope.reports.study_report import build_study_report
-
         return build_study_report(path, out)
-    from trainscope.reports.run_report import build_run_report
-
     return build_run_report(path, out)
 
 

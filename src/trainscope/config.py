@@ -11,12 +11,15 @@ import copy
 import dataclasses
 import os
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from trainscope import registry
-from trainscope.config_checks import (  # noqa: F401 (INT_LIMIT, SEED_LIMIT, gib, show re-exported)
+from trainscope.errors import ConfigError
+from trainscope.recipes import apply_recipe
+from trainscope.util.checks import (  # noqa: F401 (INT_LIMIT, SEED_LIMIT, gib, show re-exported)
     INT_LIMIT,
     SEED_LIMIT,
     check_types,
@@ -27,14 +30,14 @@ from trainscope.config_checks import (  # noqa: F401 (INT_LIMIT, SEED_LIMIT, gib
     need_seed,
     show,
 )
-from trainscope.errors import ConfigError
-from trainscope.safe_yaml import (  # noqa: F401  (load_yaml, safe_load_yaml re-exported)
+from trainscope.util.safe_yaml import (  # noqa: F401  (load_yaml, safe_load_yaml re-exported)
     MAX_YAML_DEPTH,
     load_yaml,
     safe_load_yaml,
 )
-from trainscope.tracking import SINK_NAMES  # torch-free: only names, no tracker imported
 
+SINK_NAMES = ("wandb", "tensorboard")
+"""The experiment trackers a run may also log to (``tracking:`` in a config)."""
 BUILTIN_WORKLOADS = ("digits", "mnist", "synthetic", "gpt-char", "text-cls")
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 OPTIMIZERS = ("sgd", "adam", "adamw")
@@ -43,7 +46,7 @@ TIMING_MODES = ("auto", "exact")
 LOADERS = ("torch", "fast")
 BACKENDS = ("auto", "nccl", "gloo")
 DEVICES_RE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
-# Activation checkpointing policies (trainscope.activation_checkpointing applies them).
+# Activation checkpointing policies (trainscope.techniques.activation_checkpointing applies them).
 CHECKPOINTING_HELP = "none | full | every-K (every K-th block) | selective (keep matmul outputs)"
 _EVERY_K = re.compile(r"^every-([1-9][0-9]{0,5})$")
 # A user's own workload: "package.module:factory".
@@ -78,6 +81,13 @@ def checkpointing_policy(text: Any) -> tuple[str, int]:
         k = int(m.group(1))
         return ("full", 1) if k == 1 else ("every", k)
     raise ConfigError(f"unknown checkpointing policy {show(text)}: choose {CHECKPOINTING_HELP}")
+
+
+def need_choice(what: str, value: Any, allowed: Collection[str]) -> None:
+    """Raise ConfigError ``unknown WHAT 'value': choose one of ...`` unless ``value`` is
+    one of ``allowed``."""
+    if value not in allowed:
+        raise ConfigError(f"unknown {what} {value!r}: choose one of {', '.join(allowed)}")
 
 
 def available_cpus() -> int:
@@ -215,8 +225,7 @@ class DataConfig:
                     f"most {limit} (max(32, 4 x the {available_cpus()} CPUs available))"
                 )
         need_seed("shuffle_seed", self.shuffle_seed)
-        if self.loader not in LOADERS:
-            raise ConfigError(f"unknown loader {self.loader!r}: choose one of {', '.join(LOADERS)}")
+        need_choice("loader", self.loader, LOADERS)
         if self.loader == "fast":
             # The fast path has no worker processes and no host-to-device copies to pin.
             # "auto" is allowed: with no workers to choose it means 0.
@@ -289,10 +298,7 @@ class TrainConfig:
         need_positive("keep_checkpoints", self.keep_checkpoints)
         if self.max_steps_per_epoch is not None:
             need_positive("max_steps_per_epoch", self.max_steps_per_epoch)
-        if self.optimizer not in OPTIMIZERS:
-            raise ConfigError(
-                f"unknown optimizer {self.optimizer!r}: choose one of {', '.join(OPTIMIZERS)}"
-            )
+        need_choice("optimizer", self.optimizer, OPTIMIZERS)
         need_number("lr", self.lr, low=0.0, low_open=True)
         need_number("momentum", self.momentum, low=0.0)
         need_number("weight_decay", self.weight_decay, low=0.0)
@@ -338,7 +344,7 @@ class RuntimeConfig:
     """Tracking sinks mirroring the run (wandb, tensorboard); none by default."""
     checkpointing: str = "none"
     """Activation checkpointing of the workload's blocks: none | full | every-K |
-    selective (see trainscope.activation_checkpointing)."""
+    selective (see trainscope.techniques.activation_checkpointing)."""
     compile: bool = False
     """torch.compile the model (in place); the compilation is timed as its own stage."""
     threads: int | str = "auto"
@@ -356,14 +362,8 @@ class RuntimeConfig:
             need_positive("threads", self.threads, MAX_THREADS)
         if not DEVICES_RE.match(self.device):
             raise ConfigError(f"unknown device {self.device!r}: use auto, cpu, cuda or cuda:N")
-        if self.precision not in PRECISIONS:
-            raise ConfigError(
-                f"unknown precision {self.precision!r}: choose one of {', '.join(PRECISIONS)}"
-            )
-        if self.timing not in TIMING_MODES:
-            raise ConfigError(
-                f"unknown timing mode {self.timing!r}: choose one of {', '.join(TIMING_MODES)}"
-            )
+        need_choice("precision", self.precision, PRECISIONS)
+        need_choice("timing mode", self.timing, TIMING_MODES)
         self.track = list(self.track)
         for name in self.track:
             if name not in SINK_NAMES:
@@ -420,15 +420,8 @@ class DistConfig:
     all-reduce each bucket (None: one all_reduce per gradient tensor)."""
 
     def __post_init__(self) -> None:
-        names = registry.strategy_names()
-        if self.strategy not in names:
-            raise ConfigError(
-                f"unknown strategy {self.strategy!r}: choose one of {', '.join(names)}"
-            )
-        if self.backend not in BACKENDS:
-            raise ConfigError(
-                f"unknown backend {self.backend!r}: choose one of {', '.join(BACKENDS)}"
-            )
+        need_choice("strategy", self.strategy, registry.strategy_names())
+        need_choice("backend", self.backend, BACKENDS)
         need_positive("nproc", self.nproc)
         if self.nproc > max_workers():
             raise ConfigError(
@@ -541,8 +534,6 @@ SECTIONS: dict[str, type] = {
 def from_dict(data: dict[str, Any] | None) -> RunConfig:
     """Build and validate a RunConfig from nested plain data (as in config.yaml); the
     workload's default recipe (:mod:`trainscope.recipes`) fills what the data leave out."""
-    from trainscope.recipes import apply_recipe
-
     data = apply_recipe(dict(data or {}), WorkloadConfig.name)
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
@@ -584,3 +575,25 @@ def resolve(config_path: str | Path | None, overrides: dict[str, Any]) -> RunCon
     """Defaults <- YAML file <- CLI overrides, validated as a whole."""
     base = load_yaml(config_path) if config_path else {}
     return from_dict(merge(base, overrides))
+
+
+def deletion_only_from_command_line(
+    cfg: Any, overrides: dict[str, Any], config: str | None
+) -> None:
+    """Only the command line may make a run replace files: a config file (perhaps one
+    someone shared) can name where to write, never switch on deleting there."""
+    if cfg.resume and not overrides.get("resume"):
+        raise ConfigError(
+            f"the config file {config} sets resume: true; only --resume RUN_DIR on the "
+            "command line continues a run directory"
+        )
+    if cfg.overwrite and not overrides.get("overwrite"):
+        raise ConfigError(
+            f"the config file {config} sets overwrite: true; only the --overwrite flag on "
+            "the command line may replace what is in a run directory"
+        )
+    if cfg.overwrite and cfg.out is not None and "out" not in overrides:
+        raise ConfigError(
+            "--overwrite needs --out on the command line too: the directory to replace is "
+            f"not taken from a config file (it names {cfg.out!r})"
+        )

@@ -187,7 +187,7 @@ def report_builder(kind: str) -> Callable[..., Any] | None:
 # --------------------------------------------------------------------------- built-ins
 
 _S = "trainscope.strategies"
-_P = "trainscope.collectives.predict"
+_P = "trainscope.comm.predict"
 for _entry in (
     StrategyEntry("single", f"{_S}.single:Single", False, "one process, no wrapper",
                   variants=(Variant("single", comm_place="none"),)),

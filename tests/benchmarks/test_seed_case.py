@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from trainscope.collectives.cost_model import given
-from trainscope.collectives.predict import predict
+from trainscope.comm.cost_model import given
+from trainscope.comm.predict import predict
 
 PATH = Path(__file__).parents[2] / "benchmarks" / "seed_case.py"
 

@@ -201,8 +201,9 @@ def test_overwrite_never_touches_a_folder_trainscope_did_not_write(capsys, tmp_p
 def test_the_cli_and_report_copies_agree_with_the_library() -> None:
     """--help and the report are torch-free, so they hold copies of a few names and
     formatters of the torch-importing library modules: they must not drift apart."""
-    from trainscope.collectives import bandwidth, semantics, tables
+    from trainscope.collectives import bandwidth, semantics
     from trainscope.collectives.cli import OPS as CLI_OPS
+    from trainscope.reports import collectives_tables as tables
     from trainscope.reports.study_collectives import OP_ORDER
 
     assert CLI_OPS == OP_ORDER == semantics.OPS == OPS
@@ -222,8 +223,8 @@ def fake_launch(
     """Replace the torchrun launch by what rank 0 would leave in --out: the examples and
     every planned result (``wrong`` elements in the last), or a Ctrl-C after
     ``stop_after`` results. Returns the workers' command lines, as launched."""
-    from trainscope import launch, outcomes
-    from trainscope.collectives.record import Record, planned_keys
+    from trainscope.comm.record import Record, planned_keys
+    from trainscope.records import launch_outcomes as outcomes
 
     calls: list[list[str]] = []
 
@@ -240,7 +241,7 @@ def fake_launch(
             rec.add({"op": op, "size": size, "bytes": size, "wrong": bad, "times_s": [1e-4]})
         return outcomes.LaunchResult(0)
 
-    monkeypatch.setattr(launch, "launch_command", launch_command)
+    monkeypatch.setattr("trainscope.launch.launcher.launch_command", launch_command)
     return calls
 
 

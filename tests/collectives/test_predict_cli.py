@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from trainscope.cli import main
-from trainscope.collectives import cost_model as model
 from trainscope.collectives.predict_cli import parse_bandwidth, parse_latency
+from trainscope.comm import cost_model as model
 from trainscope.errors import ConfigError
 
 

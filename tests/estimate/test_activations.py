@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 import torch
 
-from trainscope.activation_checkpointing import apply_checkpointing
 from trainscope.estimate.activations import (
     Saved,
     activation_bytes,
@@ -28,6 +27,7 @@ from trainscope.estimate.activations import (
 from trainscope.estimate.archs import named
 from trainscope.estimate.workload import model_arch
 from trainscope.profiling.memory import SavedActivations
+from trainscope.techniques.activation_checkpointing import apply_checkpointing
 from trainscope.workloads.gpt import GPT, GPTConfig, lm_loss
 
 POLICIES = ("none", "full", "selective")

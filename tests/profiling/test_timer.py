@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from trainscope.precision import Precision
 from trainscope.profiling.timer import CudaEventStageTimer, HostStageTimer, make_stage_timer
+from trainscope.techniques.precision import Precision
 from trainscope.train.loop import TRAIN_STAGES, EpochOptions, TrainState, train_epoch
 
 

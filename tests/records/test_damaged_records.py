@@ -98,7 +98,7 @@ def cheap_figures(monkeypatch: pytest.MonkeyPatch) -> None:
         return [png]
 
     for module in (plots, memory, timeline):
-        monkeypatch.setattr(module, "_save", save)
+        monkeypatch.setattr(module, "save_figure", save)
 
 
 # ---------------------------------------------------------------------------------------
@@ -107,9 +107,9 @@ def cheap_figures(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def summary_readers(run: Path, base: Path, out: Path) -> dict[str, Callable[[], Any]]:
-    from trainscope.quantize import quantize_run
     from trainscope.reports.compare import build_comparison
     from trainscope.reports.run_report import build_run_report
+    from trainscope.tools.quantize import quantize_run
 
     def quantize_reader() -> None:
         # Reads the run directory and its summary, then refuses repeats=0 before any work.
@@ -453,7 +453,7 @@ def test_the_study_loader_on_a_damaged_study_file(real_run: Path, tmp_path: Path
 
 
 def _sweep(d: Path, **record: Any) -> Path:
-    from trainscope.collectives import cost_model as model
+    from trainscope.comm import cost_model as model
 
     n = record.get("options", {}).get("world_size", 2)
     results = []

@@ -30,7 +30,7 @@ from trainscope.reports.stragglers import (
     sync_stage,
     waiting_table,
 )
-from trainscope.spread import spread
+from trainscope.util.spread import spread
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -14,7 +14,7 @@ import pytest
 
 from tests.reports.latex import compile_latex, latex_problems
 from tests.reports.runs import assert_png, section
-from trainscope.collectives.record import open_study, plan_options
+from trainscope.comm.record import open_study, plan_options
 from trainscope.reports.study_report import build_study_report
 
 pytestmark = pytest.mark.timeout(60)

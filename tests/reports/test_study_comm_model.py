@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from tests.reports.test_honest_numbers import BASE, CPU, Planted, report_of
-from trainscope.collectives import cost_model as model
-from trainscope.collectives.predict import GradTensors, predict
+from trainscope.comm import cost_model as model
+from trainscope.comm.predict import GradTensors, predict
 from trainscope.studies import strategies
 
 pytestmark = pytest.mark.timeout(120)

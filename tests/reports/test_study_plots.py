@@ -142,13 +142,13 @@ def test_loss_curves_y_scale(
     import trainscope.reports.study_plots as study_plots
 
     figures = []
-    original = study_plots._write
+    original = study_plots.write_figure
 
     def capture(fig, png_path):  # type: ignore[no-untyped-def]
         figures.append(fig)
         return original(fig, png_path)
 
-    monkeypatch.setattr(study_plots, "_write", capture)
+    monkeypatch.setattr(study_plots, "write_figure", capture)
     png = tmp_path / "loss.png"
     check_files(loss_curves_plot({"a": (list(range(6)), losses)}, png), png)
     assert figures[0].axes[0].get_yscale() == scale

@@ -33,10 +33,10 @@ from trainscope.reports.study_report import (
     print_study_report,
 )
 from trainscope.reports.tables import fmt_rate
-from trainscope.spread import differ, spread
 from trainscope.studies import loader, precision, profile
 from trainscope.studies.base import StudyResult, execute
 from trainscope.train.run import run as real_run
+from trainscope.util.spread import differ, spread
 from trainscope.workloads.base import Workload
 
 # Stages of a one-process run: "comm" exists only with hand-written gradient sync.

@@ -21,7 +21,7 @@ from safetensors.torch import load_file
 
 from trainscope.cli import main
 from trainscope.config import from_dict
-from trainscope.runtime import seed_everything
+from trainscope.runtime.device import seed_everything
 from trainscope.workloads import build_workload
 
 STEPS = 4

@@ -118,7 +118,7 @@ def test_describe_fields() -> None:
 
 
 def test_hand_buckets_follow_the_rule_the_predictions_use() -> None:
-    from trainscope.collectives.predict import buckets
+    from trainscope.comm.predict import buckets
     from trainscope.strategies.allreduce import bucket_groups
 
     sizes = [3, 700, 5, 9000, 12, 40000, 7]  # elements, float32
@@ -355,7 +355,7 @@ def test_uneven_batch_is_refused_before_any_process_starts(
         started.append(argv)
         return CompletedProcess(argv, 1)
 
-    monkeypatch.setattr("trainscope.launch.subprocess.run", fake_run)
+    monkeypatch.setattr("trainscope.launch.launcher.subprocess.run", fake_run)
     out = tmp_path / "uneven"
     code = main([*UNEVEN, "--out", str(out)])
     _, err = capfd.readouterr()

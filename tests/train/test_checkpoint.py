@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from trainscope.errors import TrainscopeError
-from trainscope.precision import make_precision
 from trainscope.profiling.timer import HostStageTimer
+from trainscope.techniques.precision import make_precision
 from trainscope.train.checkpoint import (
     MANIFEST,
     complete_checkpoints,
@@ -275,7 +275,7 @@ def test_how_an_attempt_ended_is_read_from_every_rank() -> None:
 
 
 def test_precision_state_comes_back() -> None:
-    from trainscope.precision import make_precision
+    from trainscope.techniques.precision import make_precision
 
     p = make_precision("fp32", torch.device("cpu"))
     p.skipped_steps = 3

@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from trainscope.config import TrainConfig
-from trainscope.precision import make_precision
 from trainscope.profiling.timer import HostStageTimer
 from trainscope.records import RunWriter
 from trainscope.records.record_specs import RUN_STATE
 from trainscope.records.schema import check
+from trainscope.techniques.precision import make_precision
 from trainscope.train.checkpoint import complete_checkpoints, load_checkpoint
 from trainscope.train.checkpointer import Checkpointer
 from trainscope.train.loop import EpochOptions, TrainState, train_epoch

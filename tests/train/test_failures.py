@@ -173,3 +173,48 @@ def test_a_users_factory_that_raises_is_said_to_be_theirs(
     assert "internal error" not in line
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "failed" and "raised TypeError" in summary["error"]
+
+
+def test_a_killed_worker_seen_as_a_reset_connection_is_named() -> None:
+    """Under load, the main process can be reading the batch a worker was sending when
+    the worker is killed: torch then raises ConnectionResetError, not its "worker is
+    killed" error. The iterator in the traceback still knows which worker ended."""
+    from types import SimpleNamespace
+
+    from trainscope.train.failures import explain
+
+    class Iterator:
+        _workers = [SimpleNamespace(pid=41, exitcode=None), SimpleNamespace(pid=42, exitcode=-9)]
+
+        def next(self) -> None:
+            raise ConnectionResetError(104, "Connection reset by peer")
+
+    try:
+        Iterator().next()
+    except ConnectionResetError as e:
+        err = e
+    cfg = SimpleNamespace(dist=SimpleNamespace(nproc=1, nnodes=1))
+    assert explain(err, cfg) == (
+        "a DataLoader worker (pid 42) was killed by signal SIGKILL: the kernel's "
+        "out-of-memory killer is the usual cause; lower --num-workers or --batch-size, "
+        "or use --loader fast"
+    )
+    Iterator._workers[1].exitcode = None  # every worker alive: not a worker's death
+    assert explain(err, cfg) is None
+
+
+def test_a_worker_death_that_escapes_the_run_is_still_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """torch's SIGCHLD handler can raise "worker is killed" while the run is already
+    recording another failure, so the error leaves the run unexplained: the command line
+    still names it."""
+
+    def dies(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("DataLoader worker (pid 7) is killed by signal: Killed. ")
+
+    monkeypatch.setattr("trainscope.launch.launcher.run_or_launch", dies)
+    assert main(["run", "--epochs", "1", "--out", str(tmp_path / "r"), "-q"]) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("trainscope: error: a DataLoader worker (pid 7) was killed by signal")
+    assert "internal error" not in line

@@ -14,7 +14,7 @@ import torch
 from safetensors.torch import load_file
 
 from tests.conftest import scaled
-from trainscope.launch import torchrun_argv
+from trainscope.launch.launcher import torchrun_argv
 from trainscope.records import load_run
 
 # 320 samples, a global batch of 16 (8 a rank): 20 steps an epoch, 60 in all.

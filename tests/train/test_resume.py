@@ -2,7 +2,7 @@
 ends exactly as an uninterrupted run does (losses step for step, weights bit for bit).
 
 The runs are killed with SIGKILL at chosen points (``TRAINSCOPE_FAULT``, see
-``trainscope.train.faults``) in forked children of one driver process (see
+``trainscope.train.fault_injection``) in forked children of one driver process (see
 ``fault_driver.py``), so that twenty kills cost seconds, not minutes of imports.
 """
 

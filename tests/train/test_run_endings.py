@@ -13,9 +13,9 @@ import torch
 from trainscope.cli import main
 from trainscope.config import from_dict
 from trainscope.errors import DivergedError
-from trainscope.precision import Precision
 from trainscope.profiling.timer import HostStageTimer
 from trainscope.reports.run_report import build_run_report
+from trainscope.techniques.precision import Precision
 from trainscope.train.loop import EpochOptions, TrainState, train_epoch
 from trainscope.train.run import NO_VALIDATION, run
 

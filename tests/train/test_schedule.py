@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from trainscope.config import ConfigError, TrainConfig, from_dict
-from trainscope.precision import make_precision
+from trainscope.techniques.precision import make_precision
 from trainscope.train.run import run
 from trainscope.train.schedule import lr_factor, make_scheduler, param_groups
 

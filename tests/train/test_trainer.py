@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from trainscope.data.loaders import BatchLoader  # noqa: F401 (the loop's loader type)
-from trainscope.precision import make_precision
 from trainscope.profiling.timer import HostStageTimer
+from trainscope.techniques.precision import make_precision
 from trainscope.train.loop import EpochOptions, TrainState, rng_states, train_epoch
 
 pytestmark = pytest.mark.timeout(60)

@@ -18,7 +18,7 @@ from trainscope.config import DataConfig, WorkloadConfig
 from trainscope.data.loaders import make_loader
 from trainscope.data.text import CharWindows
 from trainscope.errors import ConfigError, DataError
-from trainscope.precision import make_precision
+from trainscope.techniques.precision import make_precision
 from trainscope.train.loop import TrainState, evaluate
 from trainscope.workloads import build_workload
 from trainscope.workloads.base import model_blocks

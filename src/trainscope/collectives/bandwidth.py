@@ -23,7 +23,7 @@ stream wait for the communication stream, so the end event marks completion on t
 (that path is written for nccl and untested on a machine without GPUs). A repeat's time is
 that of the *slowest* rank: the collective is done when every rank has its result
 (nccl-tests averages over ranks by default; the maximum is the stricter figure). The
-reported time is the median over repeats with its spread (:func:`trainscope.spread.spread`).
+reported time is the median over repeats with its spread (:func:`trainscope.util.spread.spread`).
 
 **Bandwidth.** ``algbw = bytes / time``; ``busbw = algbw x bus_factor(op, n)``, the factor
 that makes busbw comparable with the link's peak whatever n is (nccl-tests, PERFORMANCE.md):
@@ -52,11 +52,11 @@ from trainscope.collectives.semantics import (
     group_info,
     reduce_scatter_single,
 )
-from trainscope.collectives.tables import size_text as format_size
 from trainscope.errors import ConfigError
-from trainscope.numfmt import fmt_sig
+from trainscope.reports.collectives_tables import size_text as format_size
 from trainscope.runtime.dist import gather_objects
-from trainscope.spread import spread
+from trainscope.util.numfmt import fmt_sig
+from trainscope.util.spread import spread
 
 MAX_SIZE = 1 << 30
 """The largest message size accepted (1 GiB): an all_to_all holds three buffers this big."""

@@ -3,7 +3,7 @@ identities, then timed per message size (algbw, busbw, wrong elements), recorded
 resumable study directory and reported.
 
 The command starts ``--nproc`` processes through torchrun exactly as ``trainscope run
---nproc`` does (:func:`trainscope.launch.launch_command`); each runs this same command,
+--nproc`` does (:func:`trainscope.launch.launcher.launch_command`); each runs this same command,
 finds itself under torchrun and does its part (:mod:`trainscope.collectives.worker`).
 Everything that can be refused (a bad size, op, count, backend, a folder that is not
 trainscope's, another plan in ``--out``) is refused first, in one line, before any
@@ -19,6 +19,11 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from trainscope.collectives import predict_cli
+from trainscope.config import DistConfig
+from trainscope.errors import ConfigError, DeviceError, Terminated, TrainscopeError
+from trainscope.util.textsafe import terminal_text
 
 # The collectives (trainscope.collectives.semantics.OPS; named here too: --help imports
 # no torch. tests/collectives/test_cli.py checks that the two agree.)
@@ -79,8 +84,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     nodes.add_argument("--node-rank", type=int, default=0, metavar="R", help="this machine")
     nodes.add_argument("--master-addr", default="127.0.0.1", metavar="HOST", help="node 0")
     nodes.add_argument("--master-port", type=int, default=None, metavar="PORT")
-    from trainscope.collectives import predict_cli
-
     predict_cli.add_flags(p)
     # Set by the launcher on its workers' command line: the directory is claimed already.
     p.add_argument("--launched", action="store_true", help=argparse.SUPPRESS)
@@ -92,8 +95,6 @@ def main(args: argparse.Namespace) -> int:
     from trainscope.runtime.dist import under_torchrun
 
     if args.predict:
-        from trainscope.collectives import predict_cli
-
         _no_sweep_flags(args)
         return predict_cli.main(args)
     _no_predict_flags(args)
@@ -104,8 +105,6 @@ def main(args: argparse.Namespace) -> int:
 
 def _no_predict_flags(args: argparse.Namespace) -> None:
     """A flag of --predict given to a sweep does nothing there: refused, not ignored."""
-    from trainscope.errors import ConfigError
-
     flags = (
         "world",
         "bandwidth",
@@ -147,8 +146,6 @@ SWEEP_DEFAULTS = {
 
 def _no_sweep_flags(args: argparse.Namespace) -> None:
     """A sweep flag given with --predict does nothing there: refused, not ignored."""
-    from trainscope.errors import ConfigError
-
     given = [f"--{k.replace('_', '-')}" for k, v in SWEEP_DEFAULTS.items() if getattr(args, k) != v]
     if given:
         raise ConfigError(
@@ -160,8 +157,6 @@ def _names(text: str) -> list[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
     bad = [n for n in names if n not in OPS]
     if bad or not names:
-        from trainscope.errors import ConfigError
-
         raise ConfigError(
             f"--ops: unknown {', '.join(bad) or '(empty)'}; choose from {', '.join(OPS)}"
         )
@@ -171,8 +166,7 @@ def _names(text: str) -> list[str]:
 def plan_from_args(args: argparse.Namespace, nproc: int, nnodes: int) -> dict[str, Any]:
     """The sweep's plan from the command line, or a one-line ConfigError / DeviceError."""
     from trainscope.collectives.bandwidth import op_count, parse_sizes
-    from trainscope.collectives.record import plan_options
-    from trainscope.errors import ConfigError
+    from trainscope.comm.record import plan_options
 
     ops = _names(args.ops)
     sizes = parse_sizes(args.sizes)
@@ -203,7 +197,6 @@ def _backend(requested: str, nproc: int) -> str:
     """gloo or nccl; nccl without CUDA, or with fewer GPUs than processes, refused."""
     import torch
 
-    from trainscope.errors import DeviceError
     from trainscope.runtime.dist import choose_backend
 
     backend = choose_backend(requested, "cuda" if torch.cuda.is_available() else "cpu")
@@ -227,11 +220,9 @@ def _default_out() -> Path:
 
 def _launcher(args: argparse.Namespace) -> int:
     """Check, claim the study directory (node 0), launch, record the end, report."""
-    from trainscope.collectives.record import open_study, verdict, wrong_results
-    from trainscope.config import DistConfig
-    from trainscope.errors import ConfigError, TrainscopeError
-    from trainscope.launch import launch_command
-    from trainscope.textsafe import terminal_text
+    from trainscope.comm.record import open_study, verdict, wrong_results
+    from trainscope.launch.launcher import launch_command
+    from trainscope.reports.study_report import build_study_report
 
     d = DistConfig(
         strategy="ddp",
@@ -270,8 +261,6 @@ def _launcher(args: argparse.Namespace) -> int:
         f"-> {owned.path}"
     )
     if not args.no_report and (data.get("results") or data.get("examples")):
-        from trainscope.reports.study_report import build_study_report
-
         report = build_study_report(owned.path)
         say(f"report: {report.markdown_path} and {report.html_path}")
     if error is not None:
@@ -288,8 +277,7 @@ def _recorded(
     """Run ``go`` (the sweep: None, or one line saying why it failed) in the claimed
     study directory and write how it ended; a stop (Ctrl-C, SIGTERM ...) is written as
     interrupted / stopped after k of n, then re-raised. The lock goes with the return."""
-    from trainscope.collectives.record import finish
-    from trainscope.errors import Terminated
+    from trainscope.comm.record import finish
 
     with owned:
         try:
@@ -324,7 +312,7 @@ def _worker_flags(args: argparse.Namespace, options: dict[str, Any]) -> list[str
 
 
 def _plan_line(options: dict[str, Any], out: Path) -> str:
-    from trainscope.collectives.record import planned_keys, read_record
+    from trainscope.comm.record import planned_keys, read_record
 
     nodes = f" on {options['nnodes']} nodes" if options["nnodes"] > 1 else ""
     n = len(planned_keys(options))
@@ -342,8 +330,6 @@ def _plan_line(options: dict[str, Any], out: Path) -> str:
 def _worker(args: argparse.Namespace) -> int:
     """One of the launched processes (torchrun's environment says which)."""
     from trainscope.collectives import worker
-    from trainscope.config import DistConfig
-    from trainscope.errors import ConfigError
 
     if not args.launched:
         raise ConfigError(

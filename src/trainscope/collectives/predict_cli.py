@@ -20,9 +20,13 @@ import re
 from pathlib import Path
 from typing import Any
 
-from trainscope.collectives.cost_model import MAX_WORLD
+from trainscope import registry
+from trainscope.comm.cost_model import MAX_WORLD, fit_sweep, fits_from_dict, given
+from trainscope.config import MAX_BUCKET_MB
 from trainscope.errors import ConfigError
-from trainscope.numfmt import fmt_sig
+from trainscope.estimate.archs import named
+from trainscope.util.checks import need_number
+from trainscope.util.numfmt import fmt_sig
 
 # name -> (per-direction GB/s, latency s, what the figures are)
 INTERCONNECTS: dict[str, tuple[float, float, str]] = {
@@ -144,8 +148,6 @@ def interconnect_key(name: str) -> str:
 
 def link_fits(args: argparse.Namespace, world: int) -> tuple[dict[str, Any], str]:
     """The fits to predict with and one line saying where they come from."""
-    from trainscope.collectives.cost_model import given
-
     if args.fit:
         if args.bandwidth or args.latency or args.interconnect:
             raise ConfigError(
@@ -176,8 +178,7 @@ def link_fits(args: argparse.Namespace, world: int) -> tuple[dict[str, Any], str
 
 def fits_of_study(study_dir: Path) -> tuple[dict[str, Any], str]:
     """The fits of a collectives study (saved, else fitted now from its results)."""
-    from trainscope.collectives.cost_model import fit_sweep, fits_from_dict
-    from trainscope.collectives.record import KIND, read_record
+    from trainscope.comm.record import KIND, read_record
 
     data = read_record(study_dir)
     if data.get("kind") != KIND:
@@ -201,7 +202,8 @@ def fits_of_study(study_dir: Path) -> tuple[dict[str, Any], str]:
 
 def gradients(args: argparse.Namespace) -> Any:
     """The gradient tensors to predict for: --run's record, else --model's shapes."""
-    from trainscope.collectives.predict import GradTensors
+    from trainscope.comm.predict import GradTensors
+    from trainscope.estimate.tensors import tensor_numels
 
     dtype = args.grad_dtype or "float32"
     size = DTYPE_BYTES[dtype]
@@ -209,8 +211,6 @@ def gradients(args: argparse.Namespace) -> Any:
         if args.model:
             raise ConfigError("give --model or --run, not both")
         return run_gradients(Path(args.run))
-    from trainscope.estimate.archs import named
-    from trainscope.estimate.tensors import tensor_numels
 
     arch = named(args.model or "bert-base")
     flat, units = tensor_numels(arch)
@@ -227,7 +227,7 @@ def _byte_count(value: object) -> bool:
 
 def run_gradients(run_dir: Path) -> Any:
     """A run's gradients as its summary recorded them (``gradients``)."""
-    from trainscope.collectives.predict import GradTensors
+    from trainscope.comm.predict import GradTensors
     from trainscope.records.jsonio import read_json_object
 
     summary = read_json_object(run_dir / "summary.json")
@@ -248,9 +248,9 @@ def run_gradients(run_dir: Path) -> Any:
 
 def main(args: argparse.Namespace) -> int:
     """Print the predicted communication of every strategy."""
-    from trainscope.collectives.model_tables import fit_table, prediction_table
-    from trainscope.collectives.predict import predict
-    from trainscope.collectives.tables import Printer
+    from trainscope.comm.predict import predict
+    from trainscope.reports.collectives_tables import Printer
+    from trainscope.reports.cost_model_tables import fit_table, prediction_table
 
     world = args.world
     if world is None and args.fit:
@@ -258,8 +258,6 @@ def main(args: argparse.Namespace) -> int:
     world = 8 if world is None else world
     if not 2 <= world <= MAX_WORLD:
         raise ConfigError(f"--world must be in 2..{MAX_WORLD}, got {world}")
-    from trainscope.config import MAX_BUCKET_MB
-    from trainscope.config_checks import need_number
 
     if args.bucket_mb is not None:
         need_number("--bucket-mb", args.bucket_mb, low=0.0, low_open=True, high=MAX_BUCKET_MB)
@@ -307,8 +305,6 @@ def main(args: argparse.Namespace) -> int:
 
 def not_modelled() -> list[str]:
     """Multi-process strategy configurations the α–β model has no prediction for."""
-    from trainscope import registry
-
     return [
         name
         for name, (entry, variant) in registry.study_variants().items()

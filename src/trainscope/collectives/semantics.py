@@ -34,8 +34,8 @@ from typing import Any
 import torch
 
 # One formatting of example values for the console and the torch-free report alike.
-from trainscope.collectives.tables import letter  # noqa: F401 (re-exported)
-from trainscope.collectives.tables import value_text as format_value
+from trainscope.reports.collectives_tables import letter  # noqa: F401 (re-exported)
+from trainscope.reports.collectives_tables import value_text as format_value
 from trainscope.runtime.dist import DistInfo, gather_objects
 
 OPS = ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all")

@@ -16,17 +16,17 @@ from typing import Any
 import torch
 
 from trainscope.collectives.bandwidth import measure
-from trainscope.collectives.record import Record, planned_keys
 from trainscope.collectives.semantics import check_identities, run_examples
-from trainscope.collectives.tables import (
+from trainscope.comm.record import Record, planned_keys
+from trainscope.config import available_cpus
+from trainscope.errors import ConfigError
+from trainscope.reports.collectives_tables import (
     Printer,
     example_table,
     identities_table,
     size_text,
     sweep_console_table,
 )
-from trainscope.errors import ConfigError
-from trainscope.numfmt import fmt_sig
 from trainscope.runtime.dist import (
     DistInfo,
     broadcast_object,
@@ -35,13 +35,12 @@ from trainscope.runtime.dist import (
     init_distributed,
     rank_device,
 )
+from trainscope.util.numfmt import fmt_sig
 
 
 def _machine(info: DistInfo, device: torch.device) -> dict[str, Any]:
     """Where every rank ran (host, CPUs it may use, torch threads) and, from rank 0, the
     versions: what the report needs to say how the processes shared the machine."""
-    from trainscope.config import available_cpus
-
     mine = {
         "rank": info.rank,
         "host": socket.gethostname(),

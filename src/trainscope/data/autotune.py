@@ -8,7 +8,7 @@ then every later batch one by one. A trial runs until it has at least
 machine cannot pass for the pipeline's speed.
 
 A candidate's figure is the **median** seconds per batch with its spread (IQR when
-n >= 5, else min–max) and n, the rule of :mod:`trainscope.spread`; its epoch estimate is
+n >= 5, else min–max) and n, the rule of :mod:`trainscope.util.spread`; its epoch estimate is
 start-up + median x the epoch's other batches, with an interval built the same way from
 the spread's low and high ends. The fastest candidate is chosen only when its interval
 overlaps no other's; when some overlap ("within noise") the fewest workers among them
@@ -37,9 +37,9 @@ from torch.utils.data import Dataset
 
 from trainscope.config import DataConfig, max_workers, show
 from trainscope.data.loaders import make_loader
-from trainscope.numfmt import fmt_sig
 from trainscope.records.run_dir import atomic_write_json
-from trainscope.spread import Spread, differ, spread
+from trainscope.util.numfmt import fmt_sig
+from trainscope.util.spread import Spread, differ, spread
 
 CACHE_FILE = "num_workers_auto.json"
 CACHE_VERSION = 2
@@ -200,7 +200,7 @@ class Choice(NamedTuple):
 
 
 def decide(trials: Sequence[Trial]) -> Choice:
-    """Choose among measured trials by the rule of :mod:`trainscope.spread`.
+    """Choose among measured trials by the rule of :mod:`trainscope.util.spread`.
 
     Only complete trials are eligible when there is one (a short trial's figure rests on
     too few batches). The fastest is chosen when its epoch interval overlaps no other

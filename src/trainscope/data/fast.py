@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch.utils.data import Dataset, TensorDataset
@@ -43,12 +44,11 @@ def in_memory(dataset: Dataset) -> InMemorySplit | None:
     return method() if callable(method) else None
 
 
-class FastLoader:
-    """Iterates (inputs, targets) batches of an in-memory split held on ``device``.
+class DeviceBatches:
+    """What the loaders of data held whole on the device share (:class:`FastLoader`, and
+    :class:`~trainscope.data.text.WindowLoader`): the DataLoader options, a generator on
+    the device, and the epoch and batch the next ``iter()`` starts at.
 
-    The same contract as the DataLoader it replaces: ``len()`` is the number of batches,
-    each ``iter()`` is one epoch. Training order is a permutation per epoch seeded from
-    (``seed``, epoch) and each batch's augmentation from (``seed``, rank, epoch, batch), so
     ``set_epoch`` and ``skip`` (see :class:`~trainscope.data.loaders.BatchLoader`) give
     any epoch's batches from any point; without ``set_epoch`` each ``iter()`` is the next
     epoch.
@@ -56,7 +56,6 @@ class FastLoader:
 
     def __init__(
         self,
-        split: InMemorySplit,
         batch_size: int,
         device: torch.device,
         *,
@@ -66,31 +65,46 @@ class FastLoader:
         rank: int = 0,
         world_size: int = 1,
     ) -> None:
-        # One copy to the device at setup; afterwards every batch is already there.
-        self.inputs = split.inputs.to(device)
-        self.targets = split.targets.to(device)
-        self.transform = split.transform
         self.batch_size = batch_size
         self.device = device
         self.shuffle = shuffle
         self.drop_last = drop_last
-        # The permutation and the augmentation draw from generators on the device itself,
-        # seeded afresh from the position (data.seeds) for every epoch and batch.
+        # The random draws come from a generator on the device itself, seeded afresh from
+        # the position (data.seeds) for every epoch and batch.
         self.seed = seed
         self._gen = torch.Generator(device=device)
         self.epoch = 0
         self._skip = 0
-        # Several ranks: each draws the same permutation (same seed) and takes every
-        # world_size-th entry, padded like DistributedSampler so all ranks step alike.
         self.rank, self.world_size = rank, world_size
 
     def set_epoch(self, epoch: int) -> None:
-        """The order and augmentation of ``epoch``."""
+        """The batches of ``epoch``."""
         self.epoch = epoch
 
     def skip(self, batches: int) -> None:
         """The next ``iter()`` starts at batch ``batches`` of the epoch."""
         self._skip = batches
+
+
+class FastLoader(DeviceBatches):
+    """Iterates (inputs, targets) batches of an in-memory split held on ``device``.
+
+    The same contract as the DataLoader it replaces: ``len()`` is the number of batches,
+    each ``iter()`` is one epoch. Training order is a permutation per epoch seeded from
+    (``seed``, epoch) and each batch's augmentation from (``seed``, rank, epoch, batch).
+    Several ranks: each draws the same permutation (same seed) and takes every
+    world_size-th entry, padded like DistributedSampler so all ranks step alike.
+    ``options`` are those of :class:`DeviceBatches` (``shuffle`` required).
+    """
+
+    def __init__(
+        self, split: InMemorySplit, batch_size: int, device: torch.device, **options: Any
+    ) -> None:
+        # One copy to the device at setup; afterwards every batch is already there.
+        self.inputs = split.inputs.to(device)
+        self.targets = split.targets.to(device)
+        self.transform = split.transform
+        super().__init__(batch_size, device, **options)
 
     def _count(self) -> int:
         """Samples this rank iterates per epoch."""

@@ -64,47 +64,39 @@ class GlueTask:
         return self.text_b is not None
 
 
+def _task(
+    name: str,
+    hf_config: str,
+    texts: tuple[str, str | None],
+    labels: tuple[str, ...],
+    label_names: tuple[str, ...] | None = None,
+    hf_texts: tuple[str, str | None] | None = None,
+    label_column: str = "label",
+) -> GlueTask:
+    """A :class:`GlueTask` whose ``datasets`` text columns are its TSV ones unless
+    ``hf_texts`` says otherwise, and whose class names are its label values unless
+    ``label_names`` does."""
+    hf_a, hf_b = hf_texts or texts
+    return GlueTask(
+        name, hf_config, *texts, labels, label_names or labels, hf_a, hf_b, label_column
+    )
+
+
+_ENTAILMENT = ("entailment", "not_entailment")
+
 GLUE_TASKS: dict[str, GlueTask] = {
     t.name: t
     for t in (
-        GlueTask(
-            name="SST-2",
-            hf_config="sst2",
-            text_a="sentence",
-            text_b=None,
-            labels=("0", "1"),
-            label_names=("negative", "positive"),
-            hf_text_a="sentence",
-        ),
-        GlueTask(
-            name="RTE",
-            hf_config="rte",
-            text_a="sentence1",
-            text_b="sentence2",
-            labels=("entailment", "not_entailment"),
-            label_names=("entailment", "not_entailment"),
-            hf_text_a="sentence1",
-            hf_text_b="sentence2",
-        ),
-        GlueTask(
-            name="QNLI",
-            hf_config="qnli",
-            text_a="question",
-            text_b="sentence",
-            labels=("entailment", "not_entailment"),
-            label_names=("entailment", "not_entailment"),
-            hf_text_a="question",
-            hf_text_b="sentence",
-        ),
-        GlueTask(
-            name="MRPC",
-            hf_config="mrpc",
-            text_a="#1 String",
-            text_b="#2 String",
-            labels=("0", "1"),
-            label_names=("not_equivalent", "equivalent"),
-            hf_text_a="sentence1",
-            hf_text_b="sentence2",
+        _task("SST-2", "sst2", ("sentence", None), ("0", "1"), ("negative", "positive")),
+        _task("RTE", "rte", ("sentence1", "sentence2"), _ENTAILMENT),
+        _task("QNLI", "qnli", ("question", "sentence"), _ENTAILMENT),
+        _task(
+            "MRPC",
+            "mrpc",
+            ("#1 String", "#2 String"),
+            ("0", "1"),
+            ("not_equivalent", "equivalent"),
+            hf_texts=("sentence1", "sentence2"),
             label_column="Quality",
         ),
     )

@@ -26,6 +26,7 @@ __all__ = [
     "FILES",
     "MIRRORS",
     "SPLITS",
+    "StrPath",
     "download_mnist",
     "ensure_mnist",
     "find_mnist_files",
@@ -68,6 +69,9 @@ SPLITS: dict[str, tuple[str, str]] = {
     "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
 }
 
+StrPath = str | os.PathLike[str]
+"""A path argument: text, or a path-like object."""
+
 _CHUNK = 1 << 20
 _USER_AGENT = "trainscope (MNIST download)"
 _EXPECTED = ", ".join(f"{stem}.gz" for pair in SPLITS.values() for stem in pair)
@@ -78,7 +82,7 @@ def _one_line(text: object) -> str:
     return " ".join(str(text).split())
 
 
-def sha256_of(path: str | os.PathLike[str]) -> str:
+def sha256_of(path: StrPath) -> str:
     """Return the hex sha256 of a file, read in chunks so large files cost little memory."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -87,7 +91,7 @@ def sha256_of(path: str | os.PathLike[str]) -> str:
     return h.hexdigest()
 
 
-def find_mnist_files(data_dir: str | os.PathLike[str]) -> dict[str, tuple[Path, Path]]:
+def find_mnist_files(data_dir: StrPath) -> dict[str, tuple[Path, Path]]:
     """Locate the MNIST files in ``data_dir``: ``{"train"|"test": (images, labels)}``.
 
     Each file may be gzipped (``name.gz``, preferred when both exist) or uncompressed
@@ -127,7 +131,7 @@ def find_mnist_files(data_dir: str | os.PathLike[str]) -> dict[str, tuple[Path, 
     return {split: (found[img], found[lbl]) for split, (img, lbl) in SPLITS.items()}
 
 
-def split_command(src: str | os.PathLike[str], dst: str = "DIR") -> str:
+def split_command(src: StrPath, dst: str = "DIR") -> str:
     """The command that makes a training split of the test files in ``src``
     (:mod:`trainscope.data.mnist_split`), for messages."""
     import shlex
@@ -135,7 +139,7 @@ def split_command(src: str | os.PathLike[str], dst: str = "DIR") -> str:
     return f"trainscope data mnist-split {shlex.quote(str(src))} {dst}"
 
 
-def find_test_files(data_dir: str | os.PathLike[str]) -> tuple[Path, Path]:
+def find_test_files(data_dir: StrPath) -> tuple[Path, Path]:
     """The MNIST test images and labels in ``data_dir`` (gzipped or not); DataError when
     either is absent."""
     root = Path(data_dir).expanduser()
@@ -178,9 +182,7 @@ def _check_split(images: np.ndarray, labels: np.ndarray, img_path: Path, lbl_pat
         )
 
 
-def load_mnist_arrays(
-    data_dir: str | os.PathLike[str],
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def load_mnist_arrays(data_dir: StrPath) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Load and validate MNIST: ``(train_images, train_labels, test_images, test_labels)``.
 
     Images are uint8 ``[N, rows, cols]`` (28x28 for real MNIST), labels 1-D integers in
@@ -277,7 +279,7 @@ def _is_present(path: Path, sha256: str, size: int | None) -> bool:
 
 
 def download_mnist(
-    root: str | os.PathLike[str],
+    root: StrPath,
     *,
     mirrors: Sequence[str] = MIRRORS,
     files: Mapping[str, tuple[str, int | None]] = FILES,
@@ -329,11 +331,7 @@ def download_mnist(
     return root
 
 
-def ensure_mnist(
-    data_dir: str | os.PathLike[str] | None,
-    cache_dir: str | os.PathLike[str],
-    download: bool = True,
-) -> Path:
+def ensure_mnist(data_dir: StrPath | None, cache_dir: StrPath, download: bool = True) -> Path:
     """Return a directory holding the four MNIST files, downloading them if needed.
 
     With ``data_dir`` given, it is checked with :func:`find_mnist_files` and returned; it

@@ -17,7 +17,6 @@ validation loss is the same estimate in every epoch and every run.
 from __future__ import annotations
 
 import http.client
-import os
 import urllib.error
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -26,9 +25,11 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset, TensorDataset
 
+from trainscope.data.fast import DeviceBatches
+
 # Private helpers of the MNIST downloader: a verified, atomic fetch of one URL. Reused so
 # that both downloads behave (and fail) the same way.
-from trainscope.data.mnist_files import _describe, _fetch, _MirrorError, _one_line
+from trainscope.data.mnist_files import StrPath, _describe, _fetch, _MirrorError, _one_line
 from trainscope.data.seeds import mix_seed
 from trainscope.errors import DataError
 
@@ -62,7 +63,7 @@ TRAIN_FRACTION = 0.9
 
 
 def download_shakespeare(
-    dest: str | os.PathLike[str],
+    dest: StrPath,
     *,
     url: str | None = None,
     sha256: str | None = None,
@@ -102,11 +103,7 @@ def download_shakespeare(
     return dest
 
 
-def ensure_shakespeare(
-    data_dir: str | os.PathLike[str] | None,
-    cache_dir: str | os.PathLike[str],
-    download: bool = True,
-) -> Path:
+def ensure_shakespeare(data_dir: StrPath | None, cache_dir: StrPath, download: bool = True) -> Path:
     """Return the path of the corpus's ``input.txt``, downloading it if needed.
 
     With ``data_dir`` given, ``data_dir/input.txt`` (or ``data_dir`` itself when it is a
@@ -140,7 +137,7 @@ MAX_TEXT_BYTES = 256 << 20
 per character while it is encoded); Tiny Shakespeare is 1.1 MB."""
 
 
-def read_text(path: str | os.PathLike[str], max_bytes: int = MAX_TEXT_BYTES) -> str:
+def read_text(path: StrPath, max_bytes: int = MAX_TEXT_BYTES) -> str:
     """The file's text (UTF-8); DataError when it cannot be read, is not UTF-8, is empty or
     is larger than ``max_bytes`` (checked before reading)."""
     path = Path(path)
@@ -257,32 +254,14 @@ class CharWindows(Dataset):
         t = self.block_size
         return self.data[i : i + t], self.data[i + 1 : i + t + 1]
 
-    def fast_loader(
-        self,
-        batch_size: int,
-        device: torch.device,
-        *,
-        shuffle: bool,
-        seed: int = 0,
-        drop_last: bool = False,
-        rank: int = 0,
-        world_size: int = 1,
-    ) -> WindowLoader:
-        """Batches cut from the corpus held on ``device`` (see :class:`WindowLoader`)."""
-        return WindowLoader(
-            self.data,
-            self.block_size,
-            batch_size,
-            device,
-            shuffle=shuffle,
-            seed=seed,
-            drop_last=drop_last,
-            rank=rank,
-            world_size=world_size,
-        )
+    def fast_loader(self, batch_size: int, device: torch.device, **options: Any) -> WindowLoader:
+        """Batches cut from the corpus held on ``device`` (see :class:`WindowLoader`; the
+        ``options`` are its own: ``shuffle``, ``seed``, ``drop_last``, ``rank``,
+        ``world_size``)."""
+        return WindowLoader(self.data, self.block_size, batch_size, device, **options)
 
 
-class WindowLoader:
+class WindowLoader(DeviceBatches):
     """(x, y) batches of windows of a corpus held whole on the device.
 
     Shuffled (training): each batch is window starts drawn uniformly (with replacement)
@@ -301,6 +280,9 @@ class WindowLoader:
     contiguous share, rank ``r`` taking windows ``[r * batch_size, (r+1) * batch_size)``.
     The ranks' batches of a step together are thus exactly the batch one process with
     ``batch_size * world_size`` and the same seed would draw.
+
+    ``options`` are those of :class:`~trainscope.data.fast.DeviceBatches` (``shuffle``
+    required).
     """
 
     def __init__(
@@ -309,27 +291,22 @@ class WindowLoader:
         block_size: int,
         batch_size: int,
         device: torch.device,
-        *,
-        shuffle: bool,
-        seed: int = 0,
-        drop_last: bool = False,
-        rank: int = 0,
-        world_size: int = 1,
+        **options: Any,
     ) -> None:
+        super().__init__(batch_size, torch.device(device), **options)
+        rank, world_size = self.rank, self.world_size
         if batch_size < 1:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
         if world_size < 1 or not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is not in a world of size {world_size}")
-        self.device = torch.device(device)
         # One copy to the device at setup; every batch afterwards is an index into it.
         self.data = data.to(self.device, dtype=torch.int64)
         self.block_size = block_size
         self.n_windows = len(self.data) - block_size
         if self.n_windows < 1:
             raise ValueError(f"a corpus of {len(self.data)} ids holds no window of {block_size}")
-        self.batch_size = batch_size
         self.global_batch = batch_size * world_size
-        if shuffle and self.global_batch > self.n_windows:
+        if self.shuffle and self.global_batch > self.n_windows:
             # Windows are drawn with replacement, so any batch size would "work", but a
             # batch is allocated whole: beyond the windows there are, it is only memory.
             raise DataError(
@@ -337,22 +314,7 @@ class WindowLoader:
                 f"windows of {block_size} characters the training text holds: lower the "
                 f"batch size"
             )
-        self.shuffle = shuffle
-        self.drop_last = drop_last
-        self.rank, self.world_size = rank, world_size
         self._offsets = torch.arange(block_size, device=self.device)
-        self.seed = seed
-        self._gen = torch.Generator(device=self.device)
-        self.epoch = 0
-        self._skip = 0
-
-    def set_epoch(self, epoch: int) -> None:
-        """The windows of ``epoch``."""
-        self.epoch = epoch
-
-    def skip(self, batches: int) -> None:
-        """The next ``iter()`` starts at batch ``batches`` of the epoch."""
-        self._skip = batches
 
     def __len__(self) -> int:
         if self.shuffle:

@@ -24,7 +24,7 @@ written in PyTorch and ``transformers``:
 A tensor's dtype class says what its element size is under each precision (see
 :func:`nbytes`). A checkpointed block keeps only its inputs; the selective policy also
 keeps the outputs of its matmuls and attention kernels
-(:func:`trainscope.activation_checkpointing._saved_ops`), which the meter counts apart.
+(:func:`trainscope.techniques.activation_checkpointing._saved_ops`), which the meter counts apart.
 """
 
 from __future__ import annotations
@@ -172,28 +172,11 @@ def gpt_plan(arch: Arch, batch: int, seq_len: int, device: str) -> ActivationPla
         Saved("qkv Linear input (ln_1 output)", btc, "cast"),
     ]
     s += _saved_attention(kernel, btc, scores, _lse(b, a, t, device), "proj Linear")
-    if p > 0:
-        s.append(Saved("residual dropout mask (attention branch)", btc, "low", mask=True))
-    s += [
-        Saved("ln_2 input (residual stream)", btc, "stream"),
-        Saved("ln_2 mean, rstd", 2 * bt, "f32"),
-        Saved("fc Linear input (ln_2 output)", btc, "cast"),
-        Saved("GELU input (fc output)", btf, "low"),
-        Saved("proj Linear input (GELU output)", btf, "low"),
-    ]
-    if p > 0:
-        s.append(Saved("residual dropout mask (MLP branch)", btc, "low", mask=True))
-    lse = _lse(b, a, t, device)
-    kept = [Saved("qkv output", 3 * btc, "low"), *_kept_attention(kernel, btc, scores, lse)]
-    kept += [
-        Saved("attention proj output", btc, "low"),
-        Saved("fc output", btf, "low"),
-        Saved("MLP proj output", btc, "low"),
-    ]
+    s += _saved_mlp(arch, bt, btc, btf)
     block = BlockPlan(
         saved=tuple(s),
         inputs=(Saved("block input", btc, "stream"),),
-        kept=tuple(kept),
+        kept=tuple(_kept(arch, kernel, btc, btf, scores, _lse(b, a, t, device))),
         matmul_weights=4 * c * c + 2 * c * f,
     )
     outside = [
@@ -247,6 +230,60 @@ def _kept_attention(kernel: str, btc: int, scores: int, lse: int) -> list[Saved]
     return [Saved("attention output", btc, "low"), Saved("attention logsumexp", lse, "f32")]
 
 
+# The tensors GPT's block and BERT's layer both save, named as GPT names them -> as BERT
+# (and RoBERTa) does: the same ops, with the LayerNorm between attention and the MLP
+# GPT's ln_2 (pre-norm) and BERT's attention LayerNorm (post-norm).
+_BERT_NAMES = {
+    "residual dropout mask (attention branch)": "attention output dropout mask",
+    "ln_2 input (residual stream)": "attention LayerNorm input (residual sum)",
+    "ln_2 mean, rstd": "attention LayerNorm mean, rstd",
+    "fc Linear input (ln_2 output)": "intermediate Linear input",
+    "GELU input (fc output)": "GELU input (intermediate output)",
+    "proj Linear input (GELU output)": "output Linear input (GELU output)",
+    "residual dropout mask (MLP branch)": "output dropout mask",
+    "qkv output": "query, key, value outputs",
+    "attention proj output": "attention output dense output",
+    "fc output": "intermediate output",
+    "MLP proj output": "output dense output",
+}
+
+
+def _named(arch: Arch, name: str, elements: int, dtype: str, mask: bool = False) -> Saved:
+    """A tensor both GPT and BERT save, under ``arch``'s name for it (see _BERT_NAMES)."""
+    return Saved(name if arch.kind == "gpt" else _BERT_NAMES[name], elements, dtype, mask=mask)
+
+
+def _saved_mlp(arch: Arch, bt: int, btc: int, btf: int) -> list[Saved]:
+    """What a transformer block saves from its attention branch's dropout to its MLP's:
+    the dropout masks (with dropout), a LayerNorm, and the 4x GELU MLP's inputs."""
+    p = arch.dropout
+    s: list[Saved] = []
+    if p > 0:
+        s.append(_named(arch, "residual dropout mask (attention branch)", btc, "low", True))
+    s += [
+        _named(arch, "ln_2 input (residual stream)", btc, "stream"),
+        _named(arch, "ln_2 mean, rstd", 2 * bt, "f32"),
+        _named(arch, "fc Linear input (ln_2 output)", btc, "cast"),
+        _named(arch, "GELU input (fc output)", btf, "low"),
+        _named(arch, "proj Linear input (GELU output)", btf, "low"),
+    ]
+    if p > 0:
+        s.append(_named(arch, "residual dropout mask (MLP branch)", btc, "low", True))
+    return s
+
+
+def _kept(arch: Arch, kernel: str, btc: int, btf: int, scores: int, lse: int) -> list[Saved]:
+    """What selective checkpointing keeps of a transformer block: its matmul outputs and
+    those of attention (see :func:`_kept_attention`)."""
+    return [
+        _named(arch, "qkv output", 3 * btc, "low"),
+        *_kept_attention(kernel, btc, scores, lse),
+        _named(arch, "attention proj output", btc, "low"),
+        _named(arch, "fc output", btf, "low"),
+        _named(arch, "MLP proj output", btc, "low"),
+    ]
+
+
 def _cross_entropy(rows: int, classes: int) -> list[Saved]:
     return [
         Saved("cross entropy: log-softmax output", rows * classes, "stream"),
@@ -276,28 +313,12 @@ def bert_plan(arch: Arch, batch: int, seq_len: int, device: str) -> ActivationPl
     if kernel != "math":
         if padded:  # the fused kernels take the padding mask as an additive float mask
             s.append(Saved("padding mask as an additive float mask (per layer)", b * t * t, "low"))
-    if p > 0:
-        s.append(Saved("attention output dropout mask", btc, "low", mask=True))
-    s += [
-        Saved("attention LayerNorm input (residual sum)", btc, "stream"),
-        Saved("attention LayerNorm mean, rstd", 2 * bt, "f32"),
-        Saved("intermediate Linear input", btc, "cast"),
-        Saved("GELU input (intermediate output)", btf, "low"),
-        Saved("output Linear input (GELU output)", btf, "low"),
-    ]
-    if p > 0:
-        s.append(Saved("output dropout mask", btc, "low", mask=True))
+    s += _saved_mlp(arch, bt, btc, btf)
     s += [
         Saved("output LayerNorm input (residual sum)", btc, "stream"),
         Saved("output LayerNorm mean, rstd", 2 * bt, "f32"),
     ]
-    kept = [Saved("query, key, value outputs", 3 * btc, "low")]
-    kept += [*_kept_attention(kernel, btc, scores, _lse(b, a, t, device))]
-    kept += [
-        Saved("attention output dense output", btc, "low"),
-        Saved("intermediate output", btf, "low"),
-        Saved("output dense output", btc, "low"),
-    ]
+    kept = _kept(arch, kernel, btc, btf, scores, _lse(b, a, t, device))
     inputs = [Saved("layer input", btc, "stream")]
     if padded:  # a checkpoint keeps every tensor argument: the bool mask, one for all layers
         inputs.append(
@@ -399,7 +420,7 @@ def plan(arch: Arch, batch: int, seq_len: int, device: str) -> ActivationPlan:
 
 def checkpointed(policy: str, n_blocks: int) -> list[bool]:
     """Which blocks ``policy`` checkpoints, as
-    :func:`trainscope.activation_checkpointing.apply_checkpointing` chooses them."""
+    :func:`trainscope.techniques.activation_checkpointing.apply_checkpointing` chooses them."""
     kind, k = checkpointing_policy(policy)
     if kind == "none":
         return [False] * n_blocks

@@ -195,6 +195,8 @@ def _check_flags(args: argparse.Namespace) -> None:
 
 def build_setup(args: argparse.Namespace) -> tuple[Setup, WorkloadConfig | None]:
     """The :class:`Setup` the flags describe (builds the workload for --workload)."""
+    from trainscope.estimate.workload import load_workload
+
     _check_flags(args)
     common = {
         "world_size": args.world_size,
@@ -223,8 +225,6 @@ def build_setup(args: argparse.Namespace) -> tuple[Setup, WorkloadConfig | None]
             dropout=0.1 if args.dropout is None else args.dropout,
         )
         return Setup(arch, seq_len=args.seq_len, device=device, source="--params", **common), None
-    from trainscope.estimate.workload import load_workload
-
     wcfg = _workload_config(args)
     model = load_workload(wcfg)
     if args.device == "auto":
@@ -256,6 +256,9 @@ def build_setup(args: argparse.Namespace) -> tuple[Setup, WorkloadConfig | None]
 
 def main(args: argparse.Namespace) -> int:
     """Run ``trainscope estimate-memory``; returns the exit status (0)."""
+    from trainscope.estimate.render import compare_table, print_estimate
+    from trainscope.reports.console import make_console, print_table
+
     setup, wcfg = build_setup(args)
     est = estimate(setup)
     result: dict[str, Any] = est.to_dict()
@@ -267,8 +270,6 @@ def main(args: argparse.Namespace) -> int:
         json.dump(result, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
-    from trainscope.estimate.render import compare_table, print_estimate
-    from trainscope.reports.console import make_console, print_table
 
     console = make_console()
     print_estimate(est, console)
@@ -294,9 +295,7 @@ def _measure(setup: Setup, wcfg: WorkloadConfig | None) -> tuple[list[Any], dict
     from trainscope.estimate.render import rows_to_dict
 
     assert wcfg is not None
-    m = measure(
-        wcfg, setup.batch_size, setup.optimizer, setup.precision, setup.checkpointing, setup.device
-    )
+    m = measure(wcfg, setup)
     # The same step estimated: one device, and text-cls's padded length of that batch.
     same = dataclasses.replace(setup, world_size=1, seq_len=m.seq_len or setup.seq_len)
     rows = compare(estimate(same), m)

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainscope.config import WorkloadConfig
+from trainscope.config import DataConfig, RunConfig, RuntimeConfig, TrainConfig, WorkloadConfig
 from trainscope.errors import ConfigError
-from trainscope.estimate.core import Estimate
+from trainscope.estimate.core import Estimate, Setup
 
 RUN_PRECISION = {"fp32": "fp32", "autocast": "bf16"}
 STEPS = 3
@@ -59,18 +59,10 @@ class Measured:
     """The probe step's padded sequence length (text-cls), else None."""
 
 
-def run_config(
-    wcfg: WorkloadConfig,
-    batch_size: int,
-    optimizer: str,
-    precision: str,
-    checkpointing: str,
-    device: str,
-    out: Path,
-) -> Any:
-    """The RunConfig of the measuring run (see the module docs)."""
-    from trainscope.config import DataConfig, RunConfig, RuntimeConfig, TrainConfig
-
+def run_config(wcfg: WorkloadConfig, setup: Setup, out: Path) -> Any:
+    """The RunConfig of the measuring run of ``setup``'s batch size, optimizer, precision,
+    checkpointing and device (see the module docs)."""
+    batch_size, precision = setup.batch_size, setup.precision
     if precision not in RUN_PRECISION:
         raise ConfigError(
             f"--measure trains as trainscope does: --precision fp32 or autocast, not {precision}"
@@ -87,14 +79,14 @@ def run_config(
         train=TrainConfig(
             epochs=1,
             max_steps_per_epoch=STEPS,
-            optimizer=optimizer,
+            optimizer=setup.optimizer,
             save_weights=False,
             log_every=STEPS,
         ),
         runtime=RuntimeConfig(
-            device=device,
+            device=setup.device,
             precision=RUN_PRECISION[precision],
-            checkpointing=checkpointing,
+            checkpointing=setup.checkpointing,
             progress=False,
             timing_warmup_steps=0,
             system_interval_s=60.0,
@@ -103,15 +95,9 @@ def run_config(
     )
 
 
-def measure(
-    wcfg: WorkloadConfig,
-    batch_size: int,
-    optimizer: str,
-    precision: str,
-    checkpointing: str,
-    device: str,
-) -> Measured:
-    """Train :data:`STEPS` steps of the configuration and return the meter's figures."""
+def measure(wcfg: WorkloadConfig, setup: Setup) -> Measured:
+    """Train :data:`STEPS` steps of ``wcfg`` as ``setup`` says (batch size, optimizer,
+    precision, checkpointing, device) and return the meter's figures."""
     import torch
 
     lengths: list[int] = []
@@ -128,10 +114,7 @@ def measure(
     handle = torch.nn.modules.module.register_module_forward_pre_hook(record)
     try:
         with tempfile.TemporaryDirectory(prefix="trainscope-estimate-") as tmp:
-            cfg = run_config(
-                wcfg, batch_size, optimizer, precision, checkpointing, device, Path(tmp) / "run"
-            )
-            summary = run(cfg)
+            summary = run(run_config(wcfg, setup, Path(tmp) / "run"))
     finally:
         handle.remove()
     memory = summary.get("memory") or {}
@@ -140,7 +123,7 @@ def measure(
     # The meter counts the second step of a run of more than one (the first otherwise).
     probe = 1 if STEPS > 1 else 0
     seq = lengths[probe] if probe < len(lengths) else None
-    return Measured(memory, str(summary.get("device", device)), batch_size, seq)
+    return Measured(memory, str(summary.get("device", setup.device)), setup.batch_size, seq)
 
 
 def compare(est: Estimate, measured: Measured) -> list[Row]:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from trainscope.config import need_choice
 from trainscope.errors import ConfigError
 
 PRECISIONS = ("fp32", "amp", "bf16", "autocast")
@@ -59,8 +60,7 @@ ADAM_STEP_BYTES = 4  # torch.optim.Adam's per-tensor "step": a 0-d float32 tenso
 
 def check_choice(flag: str, value: str, allowed: tuple[str, ...]) -> str:
     """``value`` if it is one of ``allowed``, else a one-line ConfigError."""
-    if value not in allowed:
-        raise ConfigError(f"unknown {flag} {value!r}: choose one of {', '.join(allowed)}")
+    need_choice(flag, value, allowed)
     return value
 
 

@@ -18,6 +18,7 @@ from typing import Any
 from trainscope.config import WorkloadConfig
 from trainscope.estimate.archs import Arch
 from trainscope.estimate.states import ModelCounts
+from trainscope.workloads import build_workload, check_options
 
 
 @dataclass
@@ -134,7 +135,6 @@ def describe_workload(workload: Any, cfg: WorkloadConfig) -> WorkloadModel:
 def load_workload(cfg: WorkloadConfig, cache_dir: Path | None = None) -> WorkloadModel:
     """Build ``cfg``'s workload (reading its data) and describe its model."""
     from trainscope.train.trainer import cache_dir as default_cache
-    from trainscope.workloads import build_workload, check_options
 
     check_options(cfg)
     workload = build_workload(cfg, cache_dir or default_cache())

@@ -146,7 +146,7 @@ class SavedActivations:
         return t
 
     def __enter__(self) -> SavedActivations:
-        from trainscope.activation_checkpointing import checkpointed_blocks
+        from trainscope.techniques.activation_checkpointing import checkpointed_blocks
 
         self._blocks = checkpointed_blocks(self.model)
         for block in self._blocks:

@@ -15,6 +15,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from trainscope.errors import TrainscopeError
+
 # Temporary files of an atomic write: a killed write leaves one behind, and the owner of
 # the directory (records/ownership.py) removes leftovers with this prefix.
 TMP_PREFIX = ".tmp-trainscope-"
@@ -77,8 +79,6 @@ MAX_RECORD_JSON_BYTES = 256 << 20
 def read_json_object(path: Path) -> dict[str, Any]:
     """The JSON object in ``path``, or a TrainscopeError of one line saying what is wrong
     (missing, unreadable, too large, not UTF-8, not JSON, not an object)."""
-    from trainscope.errors import TrainscopeError
-
     path = Path(path)
     try:
         with open(path, "rb") as f:
@@ -101,8 +101,6 @@ def read_json_object(path: Path) -> dict[str, Any]:
 
 def try_json_object(path: Path) -> dict[str, Any] | None:
     """The JSON object in ``path``, or None for anything else (a quiet check)."""
-    from trainscope.errors import TrainscopeError
-
     try:
         return read_json_object(path)
     except TrainscopeError:

@@ -32,6 +32,9 @@ from typing import Any, Literal
 
 from trainscope.errors import TrainscopeError
 from trainscope.records.jsonio import TMP_PREFIX, atomic_write_json
+from trainscope.records.legacy_dirs import REPORT_FIGURES as REPORT_FIGURES  # re-exported
+from trainscope.records.legacy_dirs import legacy_files
+from trainscope.version import __version__
 
 try:  # flock is POSIX; on other systems the directory is simply not locked.
     import fcntl
@@ -266,14 +269,34 @@ def claim_dir(
     own ``kind``: ``refuse`` it, ``clear`` what trainscope wrote there (``--overwrite``;
     reports), or ``keep`` it as it is (resuming a study). A non-empty directory without a
     marker is always refused: it holds someone else's files, unless everything in it is a
-    name an earlier trainscope wrote there (see ``_LEGACY_FILES``). ``what`` names the
-    option in messages. ``register`` lists the directory in its parent's marker (a run's
-    or study's own ``report/`` folder, built later by another command); such a folder
-    that is a symbolic link is refused, like every sub-folder trainscope writes into.
+    name an earlier trainscope wrote there (see :mod:`~trainscope.records.legacy_dirs`).
+    ``what`` names the option in messages. ``register`` lists the directory in its
+    parent's marker (a run's or study's own ``report/`` folder, built later by another
+    command); such a folder that is a symbolic link is refused, like every sub-folder
+    trainscope writes into.
     """
     if kind not in KINDS:
         raise ValueError(f"unknown directory kind {kind!r}")
     p = Path(path)
+    existed = _make_dir(p, existing, what, register)
+    # The lock first, the checks after: checked before it, the folder could be filled by
+    # another run between the check and the lock, and both would then write one record.
+    lock_fd = _lock(p, what)
+    try:
+        marker = _mark(p, kind, existing, what)
+    except BaseException as e:
+        _unlock_refused(p, lock_fd, existed)
+        if isinstance(e, OSError):
+            raise TrainscopeError(f"{what} {p} is not writable: {e.strerror or e}") from None
+        raise
+    if register:
+        _register_in_parent(p)
+    return OwnedDir(p, kind, marker, lock_fd)
+
+
+def _make_dir(p: Path, existing: Existing, what: str, register: bool) -> bool:
+    """Create ``p`` (and its parents) after the checks that need no lock; whether it held
+    a lock file already."""
     if register:  # a folder inside a run or study: a link there is not the user's --out
         refuse_linked_folder(p.parent, p.name)
     if p.is_symlink() and existing == "clear" and p.is_dir() and _foreign_entries(p):
@@ -285,38 +308,35 @@ def claim_dir(
         raise TrainscopeError(f"{what} {p} exists and is not a directory")
     try:
         p.mkdir(parents=True, exist_ok=True)
-        existed = (p / LOCK).exists()
+        return (p / LOCK).exists()
     except OSError as e:
         raise TrainscopeError(f"{what} {p} is not writable: {e.strerror or e}") from None
-    # The lock first, the checks after: checked before it, the folder could be filled by
-    # another run between the check and the lock, and both would then write one record.
-    lock_fd = _lock(p, what)
-    try:
-        marker = _checked_marker(p, kind, existing, what)
-        if marker is not None:  # (a legacy one is written first, so clearing can read it)
-            atomic_write_json(p / MARKER, marker)
-        if marker is not None and existing == "clear":
-            clear_owned(p, keep_lock=True)
-            marker = None
-        if marker is None or existing != "keep":
-            marker = {"kind": kind, "created_at": _now(), "files": [], "dirs": []}
-        from trainscope import __version__
 
-        marker.update(kind=kind, writer="trainscope", version=__version__)
+
+def _mark(p: Path, kind: str, existing: Existing, what: str) -> dict[str, Any]:
+    """Check the locked ``p`` and write its marker, as ``existing`` asks; the marker."""
+    marker = _checked_marker(p, kind, existing, what)
+    if marker is not None:  # (a legacy one is written first, so clearing can read it)
         atomic_write_json(p / MARKER, marker)
-    except BaseException as e:
-        if lock_fd is not None:
-            _HELD.discard(lock_fd)
-            os.close(lock_fd)
-        if not existed and read_marker(p) is None:  # a folder refused: leave it as it was
-            with contextlib.suppress(OSError):
-                (p / LOCK).unlink()
-        if isinstance(e, OSError):
-            raise TrainscopeError(f"{what} {p} is not writable: {e.strerror or e}") from None
-        raise
-    if register:
-        _register_in_parent(p)
-    return OwnedDir(p, kind, marker, lock_fd)
+    if marker is not None and existing == "clear":
+        clear_owned(p, keep_lock=True)
+        marker = None
+    if marker is None or existing != "keep":
+        marker = {"kind": kind, "created_at": _now(), "files": [], "dirs": []}
+    marker.update(kind=kind, writer="trainscope", version=__version__)
+    atomic_write_json(p / MARKER, marker)
+    return marker
+
+
+def _unlock_refused(p: Path, lock_fd: int | None, existed: bool) -> None:
+    """Give up the lock of a directory not claimed after all; a folder refused is left as
+    it was (no lock file of ours in it)."""
+    if lock_fd is not None:
+        _HELD.discard(lock_fd)
+        os.close(lock_fd)
+    if not existed and read_marker(p) is None:
+        with contextlib.suppress(OSError):
+            (p / LOCK).unlink()
 
 
 def _checked_marker(p: Path, kind: str, existing: Existing, what: str) -> dict[str, Any] | None:
@@ -373,73 +393,13 @@ def _register_in_parent(p: Path) -> None:
         os.close(fd)
 
 
-# Names that trainscope wrote before directories carried a marker, by kind: such a
-# directory, holding nothing else, is taken as trainscope's (a study resumed, a report
-# rebuilt). Anything else in it and it is refused like any other folder.
-_LEGACY_FILES = {
-    "run": {"config.yaml", "env.json", "metrics.jsonl", "system.jsonl", "summary.json",
-            "model.safetensors", "vocab.json", "gpt_config.json"},
-    "report": {"report.md", "report.html", "tables.tex", "stages.png", "stages.svg",
-               "loss.png", "loss.svg"},
-    "study": {"study.json"},
-}  # fmt: skip
-_LEGACY_DIRS = {"report": "plots", "study": "runs"}
-
-# The figures trainscope draws in a report's plots/, each as .png and .svg: those of a run
-# report, then those of the study reports, and precision_wall, which versions before
-# markers drew where precision_time is now. A pre-marker plots/ holding any other file
-# (a user's own figure) is not recognised, so nothing in it is taken or removed.
-# tests/records/test_ownership.py checks that every figure name the report modules write
-# is here.
-REPORT_FIGURES = (
-    "stages", "loss", "memory", "timeline",
-    "loader_sweep", "loader_per_iteration",
-    "precision_loss", "precision_time", "precision_wall", "precision_memory",
-    "strategies_time_per_iter", "strategies_stages",
-    "checkpointing_frontier", "collectives_busbw",
-)  # fmt: skip
-_LEGACY_FIGURE_FILES = {f"{name}.{ext}" for name in REPORT_FIGURES for ext in ("png", "svg")}
-
-
 def _legacy_marker(p: Path, kind: str) -> dict[str, Any] | None:
     """A marker for a directory an earlier trainscope wrote, listing what it wrote; None
     if anything in it is not a name trainscope writes (or is a link)."""
-    known, folder = _LEGACY_FILES.get(kind, set()), _LEGACY_DIRS.get(kind)
-    files: list[str] = []
-    for entry in os.scandir(p):
-        if entry.name in (MARKER, LOCK):
-            continue
-        if entry.is_file(follow_symlinks=False) and entry.name in known:
-            files.append(entry.name)
-        elif entry.name == folder and entry.is_dir(follow_symlinks=False) and kind == "report":
-            # The figures an earlier build drew: plain files with the names it draws only.
-            for fig in os.scandir(entry.path):
-                if not (fig.is_file(follow_symlinks=False) and fig.name in _LEGACY_FIGURE_FILES):
-                    return None
-                files.append(f"{folder}/{fig.name}")
-        elif entry.name == folder and entry.is_dir(follow_symlinks=False):
-            pass  # a study's runs/: kept, never listed (resuming deletes nothing)
-        else:
-            return None
-    if not _looks_like_trainscope(p, kind):
+    files = legacy_files(p, kind, (MARKER, LOCK))
+    if files is None:
         return None
-    return {"kind": kind, "created_at": _now(), "files": sorted(files), "dirs": [], "legacy": True}
-
-
-def _looks_like_trainscope(p: Path, kind: str) -> bool:
-    """The file that only trainscope writes in such a directory, as it writes it (names
-    like summary.json alone are too common to prove anything)."""
-    if kind == "report":
-        try:
-            with open(p / "tables.tex", "rb") as f:
-                return f.read(64).startswith(b"% Tables of trainscope")
-        except OSError:
-            return False
-    try:
-        data = json.loads((p / f"{'study' if kind == 'study' else 'summary'}.json").read_bytes())
-    except (OSError, ValueError):
-        return False
-    return isinstance(data, dict) and data.get("schema_version") == 1 and "status" in data
+    return {"kind": kind, "created_at": _now(), "files": files, "dirs": [], "legacy": True}
 
 
 # ---------------------------------------------------------------------------------------

@@ -312,9 +312,7 @@ _WORD = Int(0, (1 << 32) - 1)
 class _MersenneState(Spec):
     """Python's Mersenne Twister state: 624 words, then the position in them (0..624)."""
 
-    @property
-    def expect(self) -> str:
-        return "a list of 624 integers in 0..2**32-1 and a position in 0..624"
+    expect = "a list of 624 integers in 0..2**32-1 and a position in 0..624"  # type: ignore[assignment]
 
     def _fits(self, value: Any, at: str, dropped: Any) -> Any:
         words = ListOf(_WORD, min_items=625, max_items=625).fits(value, at, None)
@@ -349,7 +347,7 @@ EPOCH_PROGRESS = _obj(
         "t_start": CLOCK,
     }
 )
-# A Precision's state (trainscope.precision: skipped steps, fp16's GradScaler) and an
+# A Precision's state (trainscope.techniques.precision: skipped steps, fp16's GradScaler) and an
 # LR scheduler's (torch's LambdaLR), as load_state_dict takes them back.
 PRECISION_STATE = _obj(
     {

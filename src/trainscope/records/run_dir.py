@@ -17,6 +17,7 @@ from trainscope.records.jsonio import atomic_write_json, dumps, read_json_object
 from trainscope.records.ownership import OwnedDir, claim_dir, refuse_linked_folder
 from trainscope.records.record_specs import SUMMARY
 from trainscope.records.schema import check
+from trainscope.util.safe_yaml import load_yaml
 
 SCHEMA_VERSION = 1
 
@@ -195,7 +196,7 @@ class RunRecord:
         return [m for m in self.metrics if m.get("event") == kind]
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
     """The JSON objects of a .jsonl file, one per line; lines that are not are skipped."""
     if not path.is_file():
         return []
@@ -237,8 +238,6 @@ def _read_json_object(path: Path, *, required: bool) -> dict[str, Any]:
 
 def _read_config(path: Path) -> dict[str, Any]:
     """config.yaml as plain data, or {} with a warning (a report never needs it whole)."""
-    from trainscope.safe_yaml import load_yaml
-
     try:
         return load_yaml(path)
     except TrainscopeError as e:
@@ -289,7 +288,7 @@ def load_run(path: str | os.PathLike) -> RunRecord:
         config=config,
         env=env,
         # Each step once, as the run that went on took it (see records.attempts).
-        metrics=current_events(_read_jsonl(run_dir / "metrics.jsonl")),
-        system=_read_jsonl(run_dir / "system.jsonl"),
+        metrics=current_events(read_jsonl(run_dir / "metrics.jsonl")),
+        system=read_jsonl(run_dir / "system.jsonl"),
         left_out=left_out,
     )

@@ -10,7 +10,8 @@ from typing import Any
 
 from trainscope.errors import TrainscopeError
 from trainscope.records.run_dir import STAGE_LABELS, STAGES, RunRecord, load_run, output_root
-from trainscope.records.steady import steady_state
+from trainscope.records.steady_state import steady_state
+from trainscope.reports.console import make_console, print_line, print_table
 from trainscope.reports.document import Document, escape_inline, write_document
 from trainscope.reports.outdir import report_dir
 from trainscope.reports.stats import compare_text, fmt_sig
@@ -22,7 +23,7 @@ from trainscope.reports.tables import (
     fmt_seconds,
     overview_table,
 )
-from trainscope.spread import NONE, Spread
+from trainscope.util.spread import NONE, Spread
 
 # Warm-up steps left out of an older run's steady state (its summary has none).
 DEFAULT_WARMUP = 5
@@ -195,8 +196,6 @@ def _write_comparison(records: Sequence[RunRecord], table: Table, out: Path) -> 
 
 def print_comparison(comparison: Comparison) -> None:
     """The table on the console, then where the files are."""
-    from trainscope.reports.console import make_console, print_line, print_table
-
     console = make_console()
     print_table(console, comparison.table)
     for line in comparison.findings:

@@ -2,7 +2,7 @@
 
 Every string printed here can come from a run record (a run's name, a workload, a
 summary field), so none reaches rich as markup or with its control characters: cells,
-headers and titles are ``rich.text.Text`` built by ``trainscope.textsafe.rich_text``,
+headers and titles are ``rich.text.Text`` built by ``trainscope.util.textsafe.rich_text``,
 and lines go through :func:`print_line`.
 
 One rule for every command: on a terminal a table is drawn by rich; piped or redirected
@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from trainscope.reports.memory import memory_table
 from trainscope.reports.tables import Table, overview_table, per_class_table, stage_table
-from trainscope.textsafe import rich_text, terminal_text
+from trainscope.util.textsafe import rich_text, terminal_text
 
 if TYPE_CHECKING:
     import rich.console
@@ -82,8 +83,6 @@ def print_summary(
 ) -> None:
     """The end-of-run summary: key figures (versions from ``env``, the run's env.json),
     per-class accuracy, time by stage, memory."""
-    from trainscope.reports.memory import memory_table
-
     tables = (overview_table(summary, env), per_class_table(summary), stage_table(summary))
     for table in (*tables, memory_table(summary)):
         if table.rows:

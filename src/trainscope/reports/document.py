@@ -6,7 +6,7 @@ lists, tables, figures, code blocks) and written twice by :func:`write_document`
 
 Inline markup in paragraphs, notes and bullets is deliberately minimal: a backtick
 code span and ``**bold**`` (which may hold code spans). Everything else is literal text,
-escaped once, when it is rendered, for each output: ``trainscope.textsafe.markdown_text``
+escaped once, when it is rendered, for each output: ``trainscope.util.textsafe.markdown_text``
 (entities for ``< > &``, backslashes for the rest) and ``textsafe.html_text``. Text from a run
 record is someone else's text: rendered this way it cannot open a tag, link or table
 cell in either file. A backslash before a backslash, a backtick or an asterisk makes
@@ -32,7 +32,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from trainscope.reports.tables import Table
-from trainscope.textsafe import html_text, markdown_code_span, markdown_text, terminal_text
+from trainscope.util.textsafe import html_text, markdown_code_span, markdown_text, terminal_text
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -10,12 +10,28 @@ from __future__ import annotations
 
 import math
 import re
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import Protocol
 
-from trainscope.textsafe import latex_escape, one_line
+from trainscope.util.textsafe import latex_escape, one_line
 
-if TYPE_CHECKING:
-    from trainscope.reports.tables import Table
+
+class Table(Protocol):
+    """What the layout needs of a :class:`trainscope.reports.tables.Table` (a protocol,
+    so that this module need not import the one that imports it)."""
+
+    columns: Sequence[str]
+    caption: str
+    label: str
+
+    def alignment(self) -> str:
+        """One tabular alignment letter per column."""
+        ...
+
+    def cells(self) -> list[list[str]]:
+        """Every cell as text."""
+        ...
+
 
 # Shown wherever a value is missing or null (an en dash, as in printed tables).
 MISSING = "–"

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from trainscope.reports.plots import _new_figure, _save, plain_text_figure
+from trainscope.reports.plots import new_figure, plain_text_figure, save_figure
 from trainscope.reports.tables import MEMORY_COMPONENTS, Table, fmt_bytes, fmt_pct
-from trainscope.textsafe import plot_text
+from trainscope.util.textsafe import plot_text
 
 _COLORS = {
     "parameters_bytes": "tab:blue",
@@ -97,7 +97,7 @@ def memory_bars(
     rows = [(label, m) for label, m in rows if m]
     if not rows:
         return []
-    fig = _new_figure(7.0, 1.6 + 0.45 * len(rows))
+    fig = new_figure(7.0, 1.6 + 0.45 * len(rows))
     ax = fig.add_subplot()
     names = [plot_text(label) for label, _ in rows]
     left = [0.0] * len(rows)
@@ -110,7 +110,7 @@ def memory_bars(
     # Below the axes, never over a bar.
     fig.legend(loc="outside lower center", ncols=len(MEMORY_COMPONENTS), fontsize="small")
     ax.set_title("Memory by component")
-    return _save(fig, path_png, path_svg)
+    return save_figure(fig, path_png, path_svg)
 
 
 __all__ = ["MEMORY_NOTE", "cuda_peak", "memory_bars", "memory_of", "memory_table"]

@@ -12,6 +12,23 @@ from trainscope.errors import TrainscopeError
 from trainscope.records.ownership import OwnedDir, claim_dir, refuse_linked_folder
 
 
+class ReportFiles:
+    """Where a report's two renderings are, in its ``out_dir`` (a mixin of the report
+    dataclasses, which hold ``out_dir``)."""
+
+    out_dir: Path
+
+    @property
+    def markdown_path(self) -> Path:
+        """The report's Markdown file, report.md."""
+        return self.out_dir / "report.md"
+
+    @property
+    def html_path(self) -> Path:
+        """The report's self-contained HTML file, report.html (same content)."""
+        return self.out_dir / "report.html"
+
+
 @contextlib.contextmanager
 def report_dir(
     out: str | os.PathLike[str],

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 from trainscope.records.attempts import resumes
 from trainscope.records.run_dir import STAGE_LABELS, STAGES, RunRecord
 from trainscope.reports.tables import fmt_pct, fmt_seconds
-from trainscope.textsafe import plot_text
+from trainscope.util.textsafe import plot_text
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -32,7 +32,8 @@ PNG_DPI = 150
 _MIN_WEDGE_LABEL_SHARE = 0.04
 
 
-def _new_figure(width: float, height: float) -> Figure:
+def new_figure(width: float, height: float) -> Figure:
+    """An empty figure of that size (inches) on its own Agg canvas (no pyplot)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -41,7 +42,8 @@ def _new_figure(width: float, height: float) -> Figure:
     return fig
 
 
-def _save(fig: Figure, path_png: str | Path, path_svg: str | Path | None) -> list[Path]:
+def save_figure(fig: Figure, path_png: str | Path, path_svg: str | Path | None) -> list[Path]:
+    """Write the figure as a PNG (and an SVG when ``path_svg`` is given); the paths."""
     written = []
     png = Path(path_png)
     png.parent.mkdir(parents=True, exist_ok=True)
@@ -75,7 +77,8 @@ def plain_text_figure(draw: Callable[P, R]) -> Callable[P, R]:
     return wrapper
 
 
-def _stage_color(name: str) -> Any:
+def stage_color(name: str) -> Any:
+    """The stage's colour in every figure."""
     # A fixed colour per stage, so the same stage looks the same in every report.
     from matplotlib import colormaps
 
@@ -86,7 +89,8 @@ def _stage_color(name: str) -> Any:
     return palette(index % 10)
 
 
-def _run_heading(summary: dict[str, Any]) -> str:
+def run_heading(summary: dict[str, Any]) -> str:
+    """A figure title's name of the run: workload / model (device, precision)."""
     name = " / ".join(str(summary[k]) for k in ("workload", "model") if summary.get(k))
     where = ", ".join(str(summary[k]) for k in ("device", "precision") if summary.get(k))
     head = name or "run"
@@ -116,11 +120,11 @@ def stage_pie(
         wall = sum(values[n] for n in drawn)
     drawn_total = sum(values[n] for n in drawn)
 
-    fig = _new_figure(8.0, 4.8)
+    fig = new_figure(8.0, 4.8)
     ax = fig.add_subplot()
     wedges, _ = ax.pie(
         [values[n] for n in drawn],
-        colors=[_stage_color(n) for n in drawn],
+        colors=[stage_color(n) for n in drawn],
         startangle=90,
         counterclock=False,
         wedgeprops={"linewidth": 1.0, "edgecolor": "white"},
@@ -163,9 +167,9 @@ def stage_pie(
     fig.legend(handles, labels, loc="outside right center", frameon=False, fontsize=9)
     wall_text = fmt_seconds(summary.get("wall_time_s"))
     fig.suptitle(
-        f"Where the time went: {_run_heading(summary)}, wall time {wall_text} s", fontsize=11
+        f"Where the time went: {run_heading(summary)}, wall time {wall_text} s", fontsize=11
     )
-    return _save(fig, path_png, path_svg)
+    return save_figure(fig, path_png, path_svg)
 
 
 def _epoch_end_steps(steps: list[dict[str, Any]]) -> dict[int, int]:
@@ -199,7 +203,7 @@ def loss_curve(
     non_finite = len(steps) - len(points)
     xs, ys = zip(*points)
 
-    fig = _new_figure(8.0, 4.5)
+    fig = new_figure(8.0, 4.5)
     ax = fig.add_subplot()
     ax.plot(xs, ys, color="tab:blue", linewidth=0.9, alpha=0.6, label="train loss (step)")
 
@@ -239,8 +243,8 @@ def loss_curve(
     ax.set_ylabel("loss")
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(frameon=False, fontsize=9)
-    title = f"Training loss: {_run_heading(record.summary)}"
+    title = f"Training loss: {run_heading(record.summary)}"
     if non_finite:
         title += f"  [{non_finite} non-finite step losses not drawn]"
     fig.suptitle(title, fontsize=11)
-    return _save(fig, path_png, path_svg)
+    return save_figure(fig, path_png, path_svg)

@@ -19,10 +19,10 @@ from trainscope.records.run_dir import RecordWarning
 from trainscope.reports.document import Document, escape_inline, inline_code
 from trainscope.reports.section import Section
 from trainscope.reports.tables import Table, fmt_bytes, fmt_float, fmt_int, fmt_pct, fmt_seconds
-from trainscope.spread import Spread, differ, no_difference_text, spread
+from trainscope.util.spread import Spread, differ, no_difference_text, spread
 
 RESULT_FILE = "quantize.json"
-"""The file ``trainscope.quantize`` writes (the same name: reports never import it)."""
+"""The file ``trainscope.tools.quantize`` writes (the same name: reports never import it)."""
 
 TABLE_KEY = "quantize"
 

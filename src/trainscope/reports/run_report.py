@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainscope.records.run_dir import RunRecord, load_run
+from trainscope.reports.console import make_console, print_line, print_table, table_to_rich
 from trainscope.reports.cpu import oversubscribed_note
 from trainscope.reports.document import Document, escape_inline, inline_code, write_document
 from trainscope.reports.memory import memory_bars, memory_table
-from trainscope.reports.outdir import default_or, report_dir
+from trainscope.reports.outdir import ReportFiles, default_or, report_dir
 from trainscope.reports.plots import loss_curve, stage_pie
 from trainscope.reports.quantize_section import quantize_section
 from trainscope.reports.stragglers import straggler_section
@@ -56,7 +57,7 @@ PLOTS_DIR = "plots"
 
 
 @dataclass
-class RunReport:
+class RunReport(ReportFiles):
     """What :func:`build_run_report` produced: where, which files, and the tables."""
 
     run_dir: Path
@@ -65,16 +66,6 @@ class RunReport:
     tables: dict[str, Table] = field(default_factory=dict)
     status: str | None = None
     error: str | None = None
-
-    @property
-    def markdown_path(self) -> Path:
-        """The report's Markdown file."""
-        return self.out_dir / "report.md"
-
-    @property
-    def html_path(self) -> Path:
-        """The report's self-contained HTML file (same content as the Markdown)."""
-        return self.out_dir / "report.html"
 
     @property
     def failed(self) -> bool:
@@ -285,16 +276,12 @@ def _write_run_report(record: RunRecord, out: Path) -> RunReport:
 
 def render_tables_rich(report: RunReport) -> list[rich.table.Table]:
     """The report's non-empty tables as rich tables, for printing on the console."""
-    from trainscope.reports.console import table_to_rich
-
     tables = (report.tables.get(key) for key in TABLE_ORDER)
     return [table_to_rich(t) for t in tables if t is not None and t.rows]
 
 
 def print_report(report: RunReport) -> None:
     """Print a built report's tables and the files it wrote."""
-    from trainscope.reports.console import make_console, print_line, print_table
-
     console = make_console()
     for table in (report.tables.get(key) for key in TABLE_ORDER):
         if table is not None and table.rows:

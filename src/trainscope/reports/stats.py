@@ -1,6 +1,6 @@
 """Statistics of a study's repeats as reports show them (torch-free).
 
-Figures are medians with their spread and n (:mod:`trainscope.spread` holds the rule);
+Figures are medians with their spread and n (:mod:`trainscope.util.spread` holds the rule);
 :func:`mean_std` remains for the few places a mean is asked for (a run's mean epoch).
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 
 from trainscope.records.run_dir import RunRecord
 from trainscope.reports.tables import MISSING, fmt_float, fmt_pct, fmt_sig
-from trainscope.spread import Spread, differ, finite, no_difference_text
+from trainscope.util.spread import Spread, differ, finite, no_difference_text
 
 TRAIN_STAGES = ("data_wait", "h2d", "forward", "backward", "comm", "optimizer")
 COMPUTE_STAGES = ("h2d", "forward", "backward", "optimizer")

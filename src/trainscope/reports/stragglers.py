@@ -27,7 +27,7 @@ from typing import Any
 from trainscope.records.run_dir import STAGE_LABELS, RunRecord
 from trainscope.reports.document import Document, escape_inline, inline_code
 from trainscope.reports.tables import Table, fmt_pct, fmt_seconds, fmt_sig
-from trainscope.spread import Spread, differ, spread
+from trainscope.util.spread import Spread, differ, spread
 
 # The stages of one training step, in the order a step runs them (others found in the
 # records follow, sorted).
@@ -208,7 +208,7 @@ def clearly_above(slow: Spread, others: Sequence[Spread], floor_s: float) -> boo
     """The claim rule: ``slow`` lies above every one of ``others`` beyond noise.
 
     True when each spread has n >= 2 and ``slow``'s interquartile range (min–max below 5
-    steps, as everywhere in trainscope: :mod:`trainscope.spread`) lies entirely above every
+    steps, as everywhere in trainscope: :mod:`trainscope.util.spread`) lies entirely above every
     other one's, and its median exceeds the highest other median by at least ``floor_s``
     (so a consistent but negligible difference is not a finding).
     """

@@ -8,12 +8,13 @@ from typing import Any
 from trainscope.records.study_dir import StudyRecord
 from trainscope.reports.document import Document, escape_inline
 from trainscope.reports.memory import cuda_peak, memory_of
-from trainscope.reports.plots import _new_figure, plain_text_figure
+from trainscope.reports.plots import new_figure, plain_text_figure
 from trainscope.reports.section import Section
 from trainscope.reports.stats import SPREAD_NOTE, compare_text, count_text, fmt_sig, fmt_spread
+from trainscope.reports.study_plots import write_figure
 from trainscope.reports.tables import Table, fmt_bytes
-from trainscope.spread import Spread, spread
-from trainscope.textsafe import plot_text
+from trainscope.util.spread import Spread, spread
+from trainscope.util.textsafe import plot_text
 
 
 def _step_ms(summary: dict[str, Any]) -> float | None:
@@ -32,12 +33,10 @@ def _loss_gap(a: list[Any], b: list[Any]) -> float | None:
 def frontier_plot(points: dict[str, tuple[Spread, Spread]], png: Path) -> list[Path]:
     """Saved activations (MiB) against step time (ms), one point per policy, with the
     step time's spread as a horizontal error bar: the memory/time frontier."""
-    from trainscope.reports.study_plots import _write
-
     ok = {k: v for k, v in points.items() if v[0].median is not None and v[1].median is not None}
     if not ok:
         return []
-    fig = _new_figure(6.0, 4.2)
+    fig = new_figure(6.0, 4.2)
     ax = fig.add_subplot()
     for name, (time_sp, mem_sp) in ok.items():
         x, y = time_sp.median, mem_sp.median / 2**20  # type: ignore[operator]
@@ -51,7 +50,7 @@ def frontier_plot(points: dict[str, tuple[Spread, Spread]], png: Path) -> list[P
     ax.margins(x=0.15)
     ax.grid(True, alpha=0.3)
     fig.suptitle("Activation checkpointing: memory kept vs time per step", fontsize=11)
-    return _write(fig, png)
+    return write_figure(fig, png)
 
 
 def checkpointing_sections(study: StudyRecord, doc: Document, plots: Path) -> Section:

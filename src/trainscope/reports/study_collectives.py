@@ -3,7 +3,7 @@ collective did on its example, the two identities, a table per op (size, count, 
 algbw, busbw, #wrong) and busbw against message size, one line per op.
 
 Built from study.json alone (no run records, no torch); every value from it is record
-text, escaped where it is rendered (:mod:`trainscope.textsafe`).
+text, escaped where it is rendered (:mod:`trainscope.util.textsafe`).
 """
 
 from __future__ import annotations
@@ -13,15 +13,23 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from trainscope.collectives.record import planned_keys, results_by_key, wrong_results
-from trainscope.collectives.tables import example_table, identities_table, size_text, sweep_table
+from trainscope.comm.cost_model import fit_sweep, fits_from_dict
+from trainscope.comm.record import planned_keys, results_by_key, wrong_results
 from trainscope.records.study_dir import StudyRecord
+from trainscope.reports.collectives_tables import (
+    example_table,
+    identities_table,
+    size_text,
+    sweep_table,
+)
+from trainscope.reports.cost_model_tables import fit_table
 from trainscope.reports.document import Document, escape_inline, inline_code
-from trainscope.reports.plots import _new_figure, plain_text_figure
+from trainscope.reports.plots import new_figure, plain_text_figure
 from trainscope.reports.section import Section
 from trainscope.reports.stats import fmt_sig
-from trainscope.spread import spread
-from trainscope.textsafe import plot_text
+from trainscope.reports.study_plots import error_line, write_figure
+from trainscope.util.spread import spread
+from trainscope.util.textsafe import plot_text
 
 # A fixed colour per op (tab10 order), so an op looks the same in every report.
 OP_ORDER = ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all")
@@ -162,28 +170,15 @@ def busbw_plot(
     from matplotlib import colormaps
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
-    from trainscope.reports.study_plots import _write
-
     series = {op: pts for op, pts in series.items() if pts}
     if not series:
         return []
-    fig = _new_figure(7.5, 4.6)
+    fig = new_figure(7.5, 4.6)
     ax = fig.add_subplot()
     palette = colormaps["tab10"]
     for op, pts in series.items():
-        xs, ys, es = zip(*sorted(pts))
         color = palette(OP_ORDER.index(op) % 10) if op in OP_ORDER else "0.3"
-        ax.errorbar(
-            xs,
-            ys,
-            yerr=[[e[0] for e in es], [e[1] for e in es]],
-            marker="o",
-            markersize=4,
-            capsize=2,
-            linewidth=1.4,
-            color=color,
-            label=plot_text(op),
-        )
+        error_line(ax, sorted(pts), color, plot_text(op), markersize=4, capsize=2, linewidth=1.4)
     ticks = sorted({x for pts in series.values() for x, _, _ in pts})
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_locator(FixedLocator(ticks))
@@ -199,7 +194,7 @@ def busbw_plot(
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, frameon=False)
     fig.suptitle(title, fontsize=11)
-    return _write(fig, png)
+    return write_figure(fig, png)
 
 
 def _points(results: list[dict[str, Any]]) -> list[tuple[int, float, tuple[float, float]]]:
@@ -313,8 +308,6 @@ def _cost_model(
 ) -> None:
     """The α–β fit per op (saved with the study, else fitted from its results now) and
     how to predict with it."""
-    from trainscope.collectives.cost_model import fit_sweep, fits_from_dict
-    from trainscope.collectives.model_tables import fit_table
 
     saved = meta.get("cost_model") if isinstance(meta.get("cost_model"), dict) else {}
     fits = fits_from_dict(saved.get("fits")) or fit_sweep(meta.get("results") or [])

@@ -11,7 +11,7 @@
 - ``fsdp``: what sharding adds to forward and backward, ``(forward + backward)(fsdp) -
   (forward + backward)(allreduce)``, again the exposed part.
 
-**Predicted** (:mod:`trainscope.collectives.predict`): from the gradients each run
+**Predicted** (:mod:`trainscope.comm.predict`): from the gradients each run
 recorded, the fits kept in the plan and the study's process count; DDP's exposed part with
 backward's time taken from the ``allreduce`` runs.
 """
@@ -21,14 +21,16 @@ from __future__ import annotations
 from typing import Any
 
 from trainscope import registry
-from trainscope.collectives.cost_model import real
+from trainscope.comm.cost_model import fits_from_dict, real
+from trainscope.comm.predict import GradTensors, predict
+from trainscope.config import MAX_BUCKET_MB
 from trainscope.errors import ConfigError
 from trainscope.records.study_dir import StudyRecord
 from trainscope.reports.document import Document, escape_inline
-from trainscope.reports.section import Section
+from trainscope.reports.section import Section, each_config
 from trainscope.reports.stats import fmt_spread
 from trainscope.reports.tables import MISSING, Table, fmt_sig
-from trainscope.spread import Spread, spread
+from trainscope.util.spread import Spread, spread
 
 GOAL = 0.15  # the issue's: within 15% of measured for the non-overlapped strategies
 
@@ -43,8 +45,6 @@ def _per_step_ms(summary: dict[str, Any], *stages: str) -> float | None:
 
 def _bucket_mb(value: Any) -> float:
     """The plan's bucket size; 25 MiB for anything that is not a positive number."""
-    from trainscope.config import MAX_BUCKET_MB
-
     x = real(value, 0.0, MAX_BUCKET_MB)
     return x if x else 25.0
 
@@ -65,8 +65,6 @@ def _fit_notes(model: dict[str, Any], nproc: int, options: dict[str, Any]) -> li
 
 
 def _grads(summaries: list[dict[str, Any]]) -> Any:
-    from trainscope.collectives.predict import GradTensors
-
     for s in summaries:
         g = s.get("gradients")
         if isinstance(g, dict) and isinstance(g.get("tensor_bytes"), list):
@@ -98,9 +96,6 @@ def _measured(name: str, how: str | None, med: Any) -> tuple[Spread, str]:
 
 def comm_model_section(study: StudyRecord, doc: Document, section: Section) -> None:
     """Measured vs predicted communication per strategy (only with a cost model)."""
-    from trainscope.collectives.cost_model import fits_from_dict
-    from trainscope.collectives.predict import predict
-
     options = study.plan.options
     model = options.get("cost_model") if isinstance(options.get("cost_model"), dict) else None
     doc.heading("Communication: measured and predicted", 3)
@@ -111,12 +106,11 @@ def comm_model_section(study: StudyRecord, doc: Document, section: Section) -> N
             "beside what the α–β model predicts."
         )
         return
-    summ: dict[str, list[dict[str, Any]]] = {}
-    for c in study.configs():
-        if c.applicable:
-            summ[str(c.labels.get("strategy", c.config))] = [
-                r.summary for r in study.measured(c.config)
-            ]
+    summ = {
+        c.name: [r.summary for r in c.runs]
+        for c in each_config(study, "strategy")
+        if c.planned.applicable
+    }
     grads = _grads([s for ss in summ.values() for s in ss])
     nproc = options.get("nproc")
     if grads is None or not isinstance(nproc, int) or nproc < 2:
@@ -126,49 +120,9 @@ def comm_model_section(study: StudyRecord, doc: Document, section: Section) -> N
     def med(name: str, *stages: str) -> Spread:
         return spread(_per_step_ms(s, *stages) for s in summ.get(name, []))
 
-    backward = med("allreduce", "backward")
-    bucket_mb, notes = _bucket_mb(options.get("bucket_mb")), _fit_notes(model, nproc, options)
-    preds: dict[str, Any] = {}
-    variants = {n: v for n, (_, v) in registry.study_variants().items() if v.predict}
-    how = {n: v.measured_as for n, v in variants.items()}
-    for name in [n for n in summ if n in how]:
-        try:  # one strategy's missing fit must not take the others (or the report) down
-            (preds[name],) = predict(
-                grads,
-                nproc,
-                fits,
-                bucket_mb=bucket_mb,
-                backward_s=None if backward.median is None else backward.median / 1e3,
-                strategies=[name],
-            )
-        except ConfigError as e:
-            notes.append(f"{name}: no prediction ({e})")
-    rows, checks = [], []
-    for name, p in preds.items():
-        measured, what = _measured(name, how[name], med)
-        # Exposed: everything for the strategies that overlap nothing (and for those whose
-        # overlap the model leaves out, as FSDP's prefetch); DDP's from its overlap model.
-        modelled = variants[name].overlap_modelled
-        exposed = p.comm_s if p.exposed_s is None and not modelled else p.exposed_s
-        predicted = None if exposed is None else exposed * 1e3
-        ratio = (
-            predicted / measured.median
-            if predicted is not None and measured.median and measured.median > 0
-            else None
-        )
-        if how[name] == "comm" and ratio is not None:  # the non-overlapped ones
-            checks.append((name, ratio))
-        rows.append(
-            [
-                name,
-                str(p.collectives),
-                fmt_sig(p.comm_s * 1e3),
-                fmt_sig(predicted),
-                fmt_spread(measured),
-                what,
-                MISSING if ratio is None else f"{ratio:.2f}",
-            ]
-        )
+    notes = _fit_notes(model, nproc, options)
+    preds = _predictions(grads, nproc, fits, options, med("allreduce", "backward"), summ, notes)
+    rows, checks = comm_model_rows(preds, med)
     table = Table(
         [
             "Strategy",
@@ -190,13 +144,83 @@ def comm_model_section(study: StudyRecord, doc: Document, section: Section) -> N
         "tab:strategies-comm-model",
         "lrrrrlr",
     )
-    section.tables["comm_model"] = table
-    doc.table(table)
+    section.add_table(doc, "comm_model", table)
     if notes:
         doc.bullets([escape_inline(n) for n in notes])
     for text in _verdicts(checks, preds, summ, med):
         section.findings.append(text)
         doc.paragraph(escape_inline(text))
+
+
+def _predictions(
+    grads: Any,
+    nproc: int,
+    fits: Any,
+    options: dict[str, Any],
+    backward: Spread,
+    summ: dict[str, list[dict[str, Any]]],
+    notes: list[str],
+) -> dict[str, Any]:
+    """The model's prediction for each measured strategy it covers, in ``summ``'s order;
+    a strategy it cannot predict gets a line in ``notes`` instead."""
+    bucket_mb = _bucket_mb(options.get("bucket_mb"))
+    preds: dict[str, Any] = {}
+    for name in [n for n in summ if n in _predicted_variants()]:
+        try:  # one strategy's missing fit must not take the others (or the report) down
+            (preds[name],) = predict(
+                grads,
+                nproc,
+                fits,
+                bucket_mb=bucket_mb,
+                backward_s=None if backward.median is None else backward.median / 1e3,
+                strategies=[name],
+            )
+        except ConfigError as e:
+            notes.append(f"{name}: no prediction ({e})")
+    return preds
+
+
+def _predicted_variants() -> dict[str, Any]:
+    """The registry's strategies the model predicts, by name."""
+    return {n: v for n, (_, v) in registry.study_variants().items() if v.predict}
+
+
+def comm_model_rows(
+    preds: dict[str, Any], med: Any
+) -> tuple[list[list[object]], list[tuple[str, float]]]:
+    """The table's row of each predicted strategy, and the predicted / measured ratio of
+    the non-overlapped ones (which the goal is checked on). ``med(name, *stages)``: a
+    strategy's measured milliseconds per step in those stages."""
+    variants = _predicted_variants()
+    rows: list[list[object]] = []
+    checks = []
+    for name, p in preds.items():
+        how = variants[name].measured_as
+        measured, what = _measured(name, how, med)
+        # Exposed: everything for the strategies that overlap nothing (and for those whose
+        # overlap the model leaves out, as FSDP's prefetch); DDP's from its overlap model.
+        modelled = variants[name].overlap_modelled
+        exposed = p.comm_s if p.exposed_s is None and not modelled else p.exposed_s
+        predicted = None if exposed is None else exposed * 1e3
+        ratio = (
+            predicted / measured.median
+            if predicted is not None and measured.median and measured.median > 0
+            else None
+        )
+        if how == "comm" and ratio is not None:  # the non-overlapped ones
+            checks.append((name, ratio))
+        rows.append(
+            [
+                name,
+                str(p.collectives),
+                fmt_sig(p.comm_s * 1e3),
+                fmt_sig(predicted),
+                fmt_spread(measured),
+                what,
+                MISSING if ratio is None else f"{ratio:.2f}",
+            ]
+        )
+    return rows, checks
 
 
 def _difference(a: Spread, b: Spread) -> Spread:

@@ -19,8 +19,9 @@ from trainscope.reports.stats import (
     per_step_stages,
     rate,
 )
+from trainscope.reports.study_plots import per_iteration_plot, workers_sweep_plot
 from trainscope.reports.tables import Table, fmt_pct, fmt_rate
-from trainscope.spread import (
+from trainscope.util.spread import (
     Spread,
     differ,
     indistinguishable_from_best,
@@ -37,8 +38,6 @@ VARIANT_LABELS = {
 
 
 def _sweep(study: StudyRecord, doc: Document, plots: Path, section: Section) -> None:
-    from trainscope.reports.study_plots import workers_sweep_plot
-
     doc.heading("Loading time per epoch vs num_workers", 2)
     # Options, labels and reasons come from study.json: text, escaped where it meets markup.
     sweep_epochs = escape_inline(str(study.plan.options.get("sweep_epochs")))
@@ -177,8 +176,6 @@ def _fastest_text(
 
 
 def _per_iteration(study: StudyRecord, doc: Document, plots: Path, section: Section) -> None:
-    from trainscope.reports.study_plots import per_iteration_plot
-
     configs = [c for c in study.configs("per_iteration") if c.applicable]
     if not configs:
         return

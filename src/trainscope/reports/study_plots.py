@@ -13,9 +13,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainscope.numfmt import fmt_sig
-from trainscope.reports.plots import _new_figure, _save, _stage_color, plain_text_figure
-from trainscope.textsafe import plot_text
+from trainscope.reports.plots import new_figure, plain_text_figure, save_figure, stage_color
+from trainscope.util.numfmt import fmt_sig
+from trainscope.util.textsafe import plot_text
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -39,14 +39,15 @@ COMPUTE_LABEL = "compute (h2d+forward+backward+optimizer)"
 FAST_PATH_LABEL = "fast path (tensors on device)"
 
 
-def _write(fig: Figure, png_path: str | Path) -> list[Path]:
+def write_figure(fig: Figure, png_path: str | Path) -> list[Path]:
+    """Write a study figure as ``png_path`` and an SVG beside it; the paths written."""
     import matplotlib
 
     png = Path(png_path)
     # Text stays <text> in the SVG (searchable, selectable), and a fixed hash salt makes
     # the SVG element ids, hence the file, identical when a report is rebuilt.
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "trainscope"}):
-        return _save(fig, png, png.with_suffix(".svg"))
+        return save_figure(fig, png, png.with_suffix(".svg"))
 
 
 def _finite(value: float | None, default: float = 0.0) -> float:
@@ -73,6 +74,32 @@ def _variant_color(label: str, others: list[str]) -> str:
     if label not in others:
         others.append(label)
     return _OTHER_COLORS[others.index(label) % len(_OTHER_COLORS)]
+
+
+def error_line(
+    ax: Axes,
+    points: Sequence[tuple[float, float, tuple[float, float]]],
+    color: Any,
+    label: str,
+    *,
+    markersize: float = 5,
+    capsize: float = 3,
+    linewidth: float = 1.5,
+) -> None:
+    """Points ``(x, median, (below, above))`` joined by a line, each with its spread as
+    an error bar (not symmetric: a median's)."""
+    xs, ys, es = zip(*points)
+    ax.errorbar(
+        xs,
+        ys,
+        yerr=[[e[0] for e in es], [e[1] for e in es]],
+        marker="o",
+        markersize=markersize,
+        capsize=capsize,
+        linewidth=linewidth,
+        color=color,
+        label=label,
+    )
 
 
 @plain_text_figure
@@ -108,22 +135,12 @@ def workers_sweep_plot(
     if not cleaned:
         return []
 
-    fig = _new_figure(8.0, 4.8)
+    fig = new_figure(8.0, 4.8)
     ax = fig.add_subplot()
     others: list[str] = []
     for label, pts in cleaned.items():
-        xs, ys, es = zip(*pts)
-        ax.errorbar(
-            xs,
-            ys,
-            yerr=[[e[0] for e in es], [e[1] for e in es]],
-            marker="o",
-            markersize=5,
-            capsize=3,
-            linewidth=1.5,
-            color=_variant_color(label, others),
-            label=plot_text(SERIES_LABELS.get(label, label)),
-        )
+        color = _variant_color(label, others)
+        error_line(ax, pts, color, plot_text(SERIES_LABELS.get(label, label)))
 
     if fast is not None and math.isfinite(fast[0]):
         mid, (below, above) = fast[0], _err(fast[1])
@@ -155,7 +172,22 @@ def workers_sweep_plot(
     ax.legend(frameon=False, fontsize=9)
     if title:
         fig.suptitle(plot_text(title), fontsize=11)
-    return _write(fig, png_path)
+    return write_figure(fig, png_path)
+
+
+def _ring(ax: Axes, x: float, y: float, marker: str, size: float, face: str, **style: Any) -> None:
+    """One black-edged marker drawn over a curve's point (the default, the fastest)."""
+    style.setdefault("zorder", 5)
+    ax.plot(
+        [x],
+        [y],
+        linestyle="none",
+        marker=marker,
+        markersize=size,
+        markerfacecolor=face,
+        markeredgecolor="black",
+        **style,
+    )
 
 
 def _mark_default(
@@ -168,18 +200,7 @@ def _mark_default(
     for key in order:
         hit = [m for x, m, _ in series.get(key, []) if x == default_workers]
         if hit:
-            ax.plot(
-                [default_workers],
-                [hit[0]],
-                linestyle="none",
-                marker="o",
-                markersize=15,
-                markerfacecolor="none",
-                markeredgecolor="black",
-                markeredgewidth=1.6,
-                label=label,
-                zorder=5,
-            )
+            _ring(ax, default_workers, hit[0], "o", 15, "none", markeredgewidth=1.6, label=label)
             ax.annotate(
                 "PyTorch default",
                 (default_workers, hit[0]),
@@ -202,16 +223,7 @@ def _mark_fastest(
     if not hit:
         return
     y = hit[0]
-    ax.plot(
-        [x],
-        [y],
-        linestyle="none",
-        marker="*",
-        markersize=17,
-        markerfacecolor="gold",
-        markeredgecolor="black",
-        zorder=6,
-    )
+    _ring(ax, x, y, "*", 17, "gold", zorder=6)
     text = f"fastest: {x} workers, {_fmt(y)} s"
     if len(series) > 1:
         text += f" ({plot_text(label)})"
@@ -259,17 +271,17 @@ def per_iteration_plot(
     ends = [d + c + ce[1] for d, c, ce in zip(data, comp, comp_e)]
     span = max(max(ends), max(d + e[1] for d, e in zip(data, data_e)), 1e-9)
 
-    fig = _new_figure(8.5, max(2.8, 0.55 * len(rows) + 1.8))
+    fig = new_figure(8.5, max(2.8, 0.55 * len(rows) + 1.8))
     ax = fig.add_subplot()
     err_kw = {"capsize": 3, "ecolor": "0.2", "error_kw": {"linewidth": 1.0}}
     data_xerr = [[e[0] for e in data_e], [e[1] for e in data_e]]
-    ax.barh(ys, data, xerr=data_xerr, color=_stage_color("data_wait"), label="data wait", **err_kw)
+    ax.barh(ys, data, xerr=data_xerr, color=stage_color("data_wait"), label="data wait", **err_kw)
     ax.barh(
         ys,
         comp,
         left=data,
         xerr=[[e[0] for e in comp_e], [e[1] for e in comp_e]],
-        color=_stage_color("forward"),
+        color=stage_color("forward"),
         label=COMPUTE_LABEL,
         **err_kw,
     )
@@ -302,7 +314,7 @@ def per_iteration_plot(
     fig.legend(loc="outside lower center", ncols=2, frameon=False, fontsize=9)
     if title:
         fig.suptitle(plot_text(title), fontsize=11)
-    return _write(fig, png_path)
+    return write_figure(fig, png_path)
 
 
 def smoothing_window(n: int) -> int:
@@ -346,7 +358,7 @@ def loss_curves_plot(
     if not present:
         return []
 
-    fig = _new_figure(8.0, 4.5)
+    fig = new_figure(8.0, 4.5)
     ax = fig.add_subplot()
     drawn: list[float] = []
     for label, (steps, losses) in present.items():
@@ -387,7 +399,7 @@ def loss_curves_plot(
     ax.legend(frameon=False, fontsize=9)
     if title:
         fig.suptitle(plot_text(title), fontsize=11)
-    return _write(fig, png_path)
+    return write_figure(fig, png_path)
 
 
 @plain_text_figure
@@ -419,7 +431,7 @@ def bar_plot(
         if isinstance(v, (int, float)) and math.isfinite(v)
     ]
 
-    fig = _new_figure(max(5.0, 0.9 * len(labels) + 2.5), 4.5)
+    fig = new_figure(max(5.0, 0.9 * len(labels) + 2.5), 4.5)
     ax = fig.add_subplot()
     if shown:
         bx, bv, be = zip(*shown)
@@ -467,7 +479,7 @@ def bar_plot(
     ax.grid(True, axis="y", alpha=0.3)
     if title:
         fig.suptitle(plot_text(title), fontsize=11)
-    return _write(fig, png_path)
+    return write_figure(fig, png_path)
 
 
 def _scale_bar_axis(ax: Axes, bars: Sequence[tuple[float, tuple[float, float]]]) -> None:

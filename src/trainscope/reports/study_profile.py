@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from trainscope.records.run_dir import STAGE_LABELS, STAGES
+from trainscope.records.run_dir import STAGE_LABELS, STAGES, RunRecord
 from trainscope.records.study_dir import StudyRecord
 from trainscope.reports.advice import STEP_STAGES, findings
 from trainscope.reports.document import Document, escape_inline, inline_code
@@ -12,7 +14,48 @@ from trainscope.reports.plots import stage_pie
 from trainscope.reports.section import Section
 from trainscope.reports.stats import SPREAD_NOTE, fmt_sig, fmt_spread
 from trainscope.reports.tables import Table, fmt_pct
-from trainscope.spread import spread
+from trainscope.util.spread import Spread, spread
+
+
+@dataclass
+class ProfileRows:
+    """The stage table's rows and what the pie and the advice read, as plain data."""
+
+    wall: Spread
+    """Wall time over the repeats."""
+    steps: float | None
+    """Median optimizer steps of a run."""
+    fresh: bool
+    """Whether every run had a process of its own."""
+    rows: list[list[object]] = field(default_factory=list)
+    medians: dict[str, float] = field(default_factory=dict)
+    """Median seconds of each stage that was measured."""
+
+
+def profile_rows(study: StudyRecord, recs: list[RunRecord]) -> ProfileRows:
+    """Each stage's seconds, share of wall and ms per step over the repeats (no rendering)."""
+    wall = spread(r.summary.get("wall_time_s") for r in recs)
+    steps_m = spread(r.summary.get("steps") for r in recs).median
+    data = ProfileRows(wall, steps_m, study.fresh_processes)
+    for stage in STAGES:
+        sp = spread((r.summary.get("stages_s") or {}).get(stage) for r in recs)
+        if sp.median is None:
+            continue
+        data.medians[stage] = sp.median
+        per_step = (
+            fmt_spread(sp.scaled(1e3 / steps_m), lambda x: f"{x:.3f}")
+            if stage in STEP_STAGES and steps_m
+            else "–"
+        )
+        share = fmt_pct(sp.median / wall.median if wall.median else None)
+        data.rows.append([STAGE_LABELS.get(stage, stage), fmt_spread(sp), share, per_step])
+    data.rows.append(["total (wall)", fmt_spread(wall), "100.0%", "–"])
+    startup = spread((r.summary.get("process") or {}).get("startup_s") for r in recs)
+    if data.fresh and startup.median is not None:
+        data.rows.append(
+            ["process start-up, before the run (not in wall)", fmt_spread(startup), "–", "–"]
+        )
+    return data
 
 
 def profile_sections(study: StudyRecord, doc: Document, plots: Path) -> Section:
@@ -24,65 +67,41 @@ def profile_sections(study: StudyRecord, doc: Document, plots: Path) -> Section:
         doc.note("No completed measured run: nothing to profile yet.")
         return section
     first = recs[0].summary
-    wall = spread(r.summary.get("wall_time_s") for r in recs)
-    steps_m = spread(r.summary.get("steps") for r in recs).median
-    wall_m = wall.median
-    n = wall.n
-    medians: dict[str, float] = {}
-    rows: list[list[object]] = []
-    for stage in STAGES:
-        sp = spread((r.summary.get("stages_s") or {}).get(stage) for r in recs)
-        if sp.median is None:
-            continue
-        medians[stage] = sp.median
-        per_step = (
-            fmt_spread(sp.scaled(1e3 / steps_m), lambda x: f"{x:.3f}")
-            if stage in STEP_STAGES and steps_m
-            else "–"
-        )
-        rows.append(
-            [
-                STAGE_LABELS.get(stage, stage),
-                fmt_spread(sp),
-                fmt_pct(sp.median / wall_m if wall_m else None),
-                per_step,
-            ]
-        )
-    rows.append(["total (wall)", fmt_spread(wall), "100.0%", "–"])
-    startup = spread((r.summary.get("process") or {}).get("startup_s") for r in recs)
-    fresh = study.fresh_processes
-    if fresh and startup.median is not None:
-        rows.append(["process start-up, before the run (not in wall)", fmt_spread(startup)])
-        rows[-1] += ["–", "–"]
+    data = profile_rows(study, recs)
     table = Table(
         ["Stage", "Seconds", "Share of wall", "ms/step"],
-        rows,
+        data.rows,
         f"Stage breakdown of {first.get('workload')} on {first.get('device')} "
-        f"({first.get('precision')}), {SPREAD_NOTE}, n={n}; 'other' is wall time minus the "
-        "measured stages. Wall starts when the run starts, after the interpreter and imports"
-        + (" (the last row)." if fresh else "."),
+        f"({first.get('precision')}), {SPREAD_NOTE}, n={data.wall.n}; 'other' is wall time "
+        "minus the measured stages. Wall starts when the run starts, after the interpreter "
+        "and imports" + (" (the last row)." if data.fresh else "."),
         "tab:profile-stages",
         "lrrr",
     )
     section.tables["stages"] = table
     pie_summary = {
-        "workload": first.get("workload"),
-        "model": first.get("model"),
-        "device": first.get("device"),
-        "precision": first.get("precision"),
-        "stages_s": medians,
-        "wall_time_s": sum(medians.values()),
+        **{k: first.get(k) for k in ("workload", "model", "device", "precision")},
+        "stages_s": data.medians,
+        "wall_time_s": sum(data.medians.values()),
     }
     files = stage_pie(pie_summary, plots / "stages.png", plots / "stages.svg")
     if files:
         doc.figure(files[0], "Share of each stage's median in their sum", None)
     doc.table(table)
-    if not fresh:
+    if not data.fresh:
         doc.note(
             "These runs shared one process: the setup stage of every run but the first "
             "found torch imported and caches warm, so it is shorter than a run alone would "
             "see (pass --fresh-processes to measure each run's own)."
         )
+    _run_paragraphs(doc, recs, data)
+    _advice(study, doc, section, first, data)
+    return section
+
+
+def _run_paragraphs(doc: Document, recs: list[RunRecord], data: ProfileRows) -> None:
+    """The steady-state step time, and what the runs were: steps, batch, loader, wall."""
+    first = recs[0].summary
     steady = [r.summary.get("steady_state") or {} for r in recs]
     step = spread((s.get("step_s") or {}).get("median") for s in steady)
     warm = steady[0].get("warmup_steps") if steady else None
@@ -93,11 +112,18 @@ def profile_sections(study: StudyRecord, doc: Document, plots: Path) -> Section:
             f"medians, n={step.n}."
         )
     doc.paragraph(
-        f"{n} run(s): {int(steps_m or 0)} optimizer steps each, batch size "
+        f"{data.wall.n} run(s): {int(data.steps or 0)} optimizer steps each, batch size "
         f"{escape_inline(str(first.get('batch_size')))}, "
         f"{escape_inline(str(first.get('num_workers')))} DataLoader worker(s), loader "
-        f"{inline_code(str(first.get('loader', 'torch')))}, {fmt_sig(wall_m)} s wall (median)."
+        f"{inline_code(str(first.get('loader', 'torch')))}, "
+        f"{fmt_sig(data.wall.median)} s wall (median)."
     )
+
+
+def _advice(
+    study: StudyRecord, doc: Document, section: Section, first: dict[str, Any], data: ProfileRows
+) -> None:
+    """What to optimise first: the stages above their thresholds, biggest first."""
     doc.heading("What to optimise first", 2)
     cfg = study.plan.base_config
     ctx = {
@@ -108,7 +134,7 @@ def profile_sections(study: StudyRecord, doc: Document, plots: Path) -> Section:
         "log_every": (cfg.get("train") or {}).get("log_every"),
         "strategy": first.get("strategy", "single"),
     }
-    found = findings(medians, wall_m or 0.0, ctx)
+    found = findings(data.medians, data.wall.median or 0.0, ctx)
     for f in found:
         section.findings.append(f.text)
     if found:
@@ -116,4 +142,3 @@ def profile_sections(study: StudyRecord, doc: Document, plots: Path) -> Section:
         if len(found) > 1:
             doc.paragraph("Also above their thresholds:")
             doc.bullets([f.text for f in found[1:]])
-    return section

@@ -17,15 +17,16 @@ from typing import Any
 
 from trainscope import registry
 from trainscope.records.study_dir import StudyRecord, load_study
+from trainscope.reports.console import make_console, print_line, print_table
 from trainscope.reports.cpu import study_cpu_lines
 from trainscope.reports.document import Document, escape_inline, inline_code, write_document
-from trainscope.reports.outdir import default_or, report_dir
+from trainscope.reports.outdir import ReportFiles, default_or, report_dir
 from trainscope.reports.section import Section
 from trainscope.reports.tables import LATEX_NEEDS, Table, latex_escape
 
 
 @dataclass
-class StudyReport:
+class StudyReport(ReportFiles):
     """What :func:`build_study_report` produced."""
 
     study_dir: Path
@@ -36,16 +37,6 @@ class StudyReport:
     tables: dict[str, Table] = field(default_factory=dict)
     findings: list[str] = field(default_factory=list)
     """The report's headline sentences (also printed on the console)."""
-
-    @property
-    def markdown_path(self) -> Path:
-        """report.md."""
-        return self.out_dir / "report.md"
-
-    @property
-    def html_path(self) -> Path:
-        """report.html (self-contained)."""
-        return self.out_dir / "report.html"
 
 
 def first_env(study: StudyRecord) -> dict[str, Any]:
@@ -222,8 +213,6 @@ def _write_study_report(study: StudyRecord, out: Path) -> StudyReport:
 
 def print_study_report(report: StudyReport) -> None:
     """Tables and findings on the console (stderr), then where the files are."""
-    from trainscope.reports.console import make_console, print_line, print_table
-
     console = make_console(stderr=True)
     for table in report.tables.values():
         if table.rows:

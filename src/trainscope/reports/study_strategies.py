@@ -4,6 +4,7 @@ peak memory per rank for every strategy, as a table and bar plots."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -13,22 +14,36 @@ from trainscope.records.study_dir import StudyRecord
 from trainscope.reports.cpu import budget_kept, threads_per_process
 from trainscope.reports.document import Document, escape_inline
 from trainscope.reports.memory import cuda_peak, memory_of
-from trainscope.reports.plots import plain_text_figure
-from trainscope.reports.section import Section
+from trainscope.reports.plots import new_figure, plain_text_figure, stage_color
+from trainscope.reports.section import (
+    ConfigRows,
+    ConfigRuns,
+    Section,
+    each_config,
+    not_applicable_list,
+)
 from trainscope.reports.stats import (
     SPREAD_NOTE,
     TRAIN_STAGES,
-    error_bar,
+    Quality,
     fmt_spread,
     main_quality,
     quality_note,
     rate,
     task_of,
 )
+from trainscope.reports.study_bars import Bars, BarTexts, bar_figure
 from trainscope.reports.study_comm_model import comm_model_section
+from trainscope.reports.study_plots import write_figure
 from trainscope.reports.tables import Table, fmt_bytes, fmt_rate, fmt_sig
-from trainscope.spread import Spread, differ, no_difference_text, spread
-from trainscope.textsafe import plot_text
+from trainscope.util.spread import Spread, differ, no_difference_text, spread
+from trainscope.util.textsafe import plot_text
+
+_ITER_BARS = BarTexts(
+    ylabel="ms per iteration",
+    title="Time per iteration by strategy",
+    caption="Time per iteration by strategy (median and spread)",
+)
 
 
 def _per_iter_ms(summary: dict[str, Any], stage: str | None = None) -> float | None:
@@ -66,13 +81,11 @@ def _stage_ms(recs: list[RunRecord]) -> dict[str, float]:
 @plain_text_figure
 def _stacked_stage_plot(per: dict[str, dict[str, float]], png: Path) -> list[Path]:
     """One bar per strategy, split into the step's stages (ms per iteration)."""
-    from trainscope.reports.plots import _new_figure, _stage_color
-    from trainscope.reports.study_plots import _write
 
     if not per:
         return []
     labels = list(per)
-    fig = _new_figure(max(5.5, 0.9 * len(labels) + 3.0), 4.5)
+    fig = new_figure(max(5.5, 0.9 * len(labels) + 3.0), 4.5)
     ax = fig.add_subplot()
     bottoms = [0.0] * len(labels)
     for stage in TRAIN_STAGES:
@@ -84,7 +97,7 @@ def _stacked_stage_plot(per: dict[str, dict[str, float]], png: Path) -> list[Pat
             values,
             bottom=bottoms,
             width=0.65,
-            color=_stage_color(stage),
+            color=stage_color(stage),
             label=plot_text(STAGE_LABELS.get(stage, stage)),
         )
         bottoms = [b + v for b, v in zip(bottoms, values)]
@@ -94,91 +107,100 @@ def _stacked_stage_plot(per: dict[str, dict[str, float]], png: Path) -> list[Pat
     if any(bottoms):  # stages were drawn: name them
         ax.legend(fontsize=8, loc="upper left", frameon=False)
     fig.suptitle("Where an iteration's time goes, by strategy", fontsize=11)
-    return _write(fig, png)
+    return write_figure(fig, png)
 
 
-def strategies_sections(study: StudyRecord, doc: Document, plots: Path) -> Section:
-    """The comparison table, two bar plots and the ratios that answer "why is X faster"."""
-    from trainscope.reports.study_plots import bar_plot
+@dataclass
+class StrategyRows(ConfigRows):
+    """Per strategy: its row, its time per iteration (a gap without a measured run) and
+    the split of an iteration into stages."""
 
-    section = Section()
-    doc.heading("Strategy comparison", 2)
-    rows: list[list[object]] = []
-    labels: list[str] = []
-    iters: list[float | None] = []
-    iter_err: list[tuple[float, float] | None] = []
-    per_stage: dict[str, dict[str, float]] = {}
-    spreads: dict[str, Spread] = {}
-    notes: list[str] = []
-    measured = [
-        r.summary for c in study.configs() if c.applicable for r in study.measured(c.config)
-    ]
-    on_cuda = cuda_peak(measured)  # CUDA's allocator peak is per run; RSS is not shown
-    quality = main_quality(
-        task_of(measured)
-    )  # one column: test accuracy, test MSE or val perplexity
-    for cfg in study.configs():
-        name = str(cfg.labels.get("strategy", cfg.config))
-        procs = cfg.labels.get("processes", 1)
-        labels.append(name)
-        recs = study.measured(cfg.config) if cfg.applicable else []
-        if not recs:
-            status = "not applicable" if not cfg.applicable else "no completed run"
-            rows.append([name, str(procs), "–", "–", status] + ["–"] * (6 + on_cuda))
-            iters.append(None)
-            iter_err.append(None)
+    quality: Quality
+    """The one quality column: test accuracy, test MSE or val perplexity."""
+    on_cuda: bool
+    """Whether the table has a CUDA peak column (CUDA's allocator peak is per run; RSS is
+    not shown)."""
+    iters: Bars = field(default_factory=Bars)
+    """Time per iteration (ms)."""
+    per_stage: dict[str, dict[str, float]] = field(default_factory=dict)
+    spreads: dict[str, Spread] = field(default_factory=dict)
+    """Time per iteration of the strategies the findings may compare."""
+    notes: list[str] = field(default_factory=list)
+
+
+def strategies_rows(study: StudyRecord) -> StrategyRows:
+    """Every strategy's table row, time per iteration and stage split (no rendering)."""
+    configs = each_config(study, "strategy")
+    measured = [r.summary for c in configs for r in c.runs]
+    data = StrategyRows(main_quality(task_of(measured)), cuda_peak(measured))
+    for c in configs:
+        data.labels.append(c.name)
+        if not c.runs:
+            procs = str(c.planned.labels.get("processes", 1))
+            data.rows.append([c.name, procs, "–", "–", c.missing] + ["–"] * (6 + data.on_cuda))
+            data.iters.add(None)
             continue
-        summ = [r.summary for r in recs]
-        test = spread(quality.get(s) for s in summ)
-        wall = spread(s.get("wall_time_s") for s in summ)
-        per_iter = spread(_per_iter_ms(s) for s in summ)
-        comm_sp = spread(_per_iter_ms(s, "comm") for s in summ)
-        if comm_sp.median is not None:
-            comm = fmt_spread(comm_sp)
-        else:
-            variant = registry.study_variants().get(name, (None, None))[1]
-            # Where its communication is when it has no stage of its own (registry text).
-            comm = (variant.comm_place if variant else None) or "in backward"
-            h_m = spread((s.get("comm") or {}).get("hook_inflight_s") for s in summ).median
-            steps = summ[0].get("steps")
-            if h_m and steps:
-                comm += f" ({fmt_sig(1e3 * h_m / steps)} in flight)"
-        note = (summ[0].get("parallel") or {}).get("note")
-        if note:
-            notes.append(f"{name}: {note}")
-        threads = threads_per_process(cfg.labels, recs)
-        rows.append(
-            [
-                name,
-                str(procs),
-                str(threads),
-                str(per_iter.n),
-                fmt_spread(test, quality.fmt),
-                fmt_spread(wall),
-                fmt_spread(per_iter),
-                comm,
-                fmt_spread(spread(rate(s) for s in summ), fmt_rate),
-                fmt_spread(
-                    spread(_counted_per_rank(s, "model_states_bytes") for s in summ), fmt_bytes
-                ),
-                fmt_spread(
-                    spread(_counted_per_rank(s, "activations_bytes") for s in summ), fmt_bytes
-                ),
-            ]
-            + ([fmt_spread(spread(_peak_per_rank(s) for s in summ), fmt_bytes)] if on_cuda else [])
-        )
-        iters.append(per_iter.median)
-        iter_err.append(error_bar(per_iter))
-        if per_iter.median and budget_kept(cfg.labels):  # a finding compares like with like
-            spreads[name] = per_iter
-        per_stage[name] = _stage_ms(recs)
-    table = Table(
+        per_iter = _add_row(data, c)
+        data.iters.add(per_iter)
+        if per_iter.median and budget_kept(c.planned.labels):  # findings: like with like
+            data.spreads[c.name] = per_iter
+        data.per_stage[c.name] = _stage_ms(c.runs)
+    return data
+
+
+def _comm_cell(name: str, summ: list[dict[str, Any]]) -> str:
+    """The comm stage per iteration, or where the strategy communicates without one."""
+    comm_sp = spread(_per_iter_ms(s, "comm") for s in summ)
+    if comm_sp.median is not None:
+        return fmt_spread(comm_sp)
+    variant = registry.study_variants().get(name, (None, None))[1]
+    # Where its communication is when it has no stage of its own (registry text).
+    comm = (variant.comm_place if variant else None) or "in backward"
+    h_m = spread((s.get("comm") or {}).get("hook_inflight_s") for s in summ).median
+    steps = summ[0].get("steps")
+    if h_m and steps:
+        comm += f" ({fmt_sig(1e3 * h_m / steps)} in flight)"
+    return comm
+
+
+def _add_row(data: StrategyRows, c: ConfigRuns) -> Spread:
+    """Add the row of a strategy that has measured runs (and its note); its time per
+    iteration, for the figures and findings."""
+    name, labels, recs = c.name, c.planned.labels, c.runs
+    summ = [r.summary for r in recs]
+    per_iter = spread(_per_iter_ms(s) for s in summ)
+    note = (summ[0].get("parallel") or {}).get("note")
+    if note:
+        data.notes.append(f"{name}: {note}")
+    data.rows.append(
+        [
+            name,
+            str(labels.get("processes", 1)),
+            str(threads_per_process(labels, recs)),
+            str(per_iter.n),
+            fmt_spread(spread(data.quality.get(s) for s in summ), data.quality.fmt),
+            fmt_spread(spread(s.get("wall_time_s") for s in summ)),
+            fmt_spread(per_iter),
+            _comm_cell(name, summ),
+            fmt_spread(spread(rate(s) for s in summ), fmt_rate),
+            fmt_spread(spread(_counted_per_rank(s, "model_states_bytes") for s in summ), fmt_bytes),
+            fmt_spread(spread(_counted_per_rank(s, "activations_bytes") for s in summ), fmt_bytes),
+        ]
+        + ([fmt_spread(spread(_peak_per_rank(s) for s in summ), fmt_bytes)] if data.on_cuda else [])
+    )
+    return per_iter
+
+
+def _strategies_table(data: StrategyRows) -> Table:
+    """The table of every strategy, its caption saying what each column is."""
+    on_cuda = data.on_cuda
+    return Table(
         [
             "Strategy",
             "Procs",
             "Threads",
             "n",
-            quality.header,
+            data.quality.header,
             "Wall (s)",
             "Time/iter (ms)",
             "Comm/iter (ms)",
@@ -187,7 +209,7 @@ def strategies_sections(study: StudyRecord, doc: Document, plots: Path) -> Secti
             "Activations/rank",
         ]
         + (["CUDA peak/rank"] if on_cuda else []),
-        rows,
+        data.rows,
         f"Same workload, seed and global batch under each strategy; {SPREAD_NOTE}. "
         "Time/iter: training time over optimizer steps. Comm/iter: the gradient-sync stage "
         "of the hand-written strategies, timed exactly; DDP and FSDP communicate inside "
@@ -197,40 +219,29 @@ def strategies_sections(study: StudyRecord, doc: Document, plots: Path) -> Secti
         "States/rank (parameters, gradients, optimizer states) and activations: tensor "
         "bytes counted on one step, the largest rank's"
         + ("; CUDA peak: max_memory_allocated of the largest rank." if on_cuda else ".")
-        + quality_note([quality]),
+        + quality_note([data.quality]),
         "tab:strategies",
         "lrrrrrrrrrr" + "r" * on_cuda,
     )
-    section.tables["strategies"] = table
-    doc.table(table)
-    files = bar_plot(
-        labels,
-        iters,
-        iter_err,
-        plots / "strategies_time_per_iter.png",
-        ylabel="ms per iteration",
-        title="Time per iteration by strategy",
-        na_text="not applicable",
-    )
-    if files:
-        doc.figure(files[0], "Time per iteration by strategy (median and spread)", None)
-    files = _stacked_stage_plot(per_stage, plots / "strategies_stages.png")
+
+
+def strategies_sections(study: StudyRecord, doc: Document, plots: Path) -> Section:
+    """The comparison table, two bar plots and the ratios that answer "why is X faster"."""
+    section = Section()
+    doc.heading("Strategy comparison", 2)
+    data = strategies_rows(study)
+    section.add_table(doc, "strategies", _strategies_table(data))
+    bar_figure(doc, data.labels, data.iters, plots / "strategies_time_per_iter.png", _ITER_BARS)
+    files = _stacked_stage_plot(data.per_stage, plots / "strategies_stages.png")
     if files:
         doc.figure(files[0], "Each strategy's iteration split into its stages (rank 0)", None)
-    for text in _ratios(spreads):
+    for text in _ratios(data.spreads):
         section.findings.append(text)
         doc.paragraph(text)
-    if notes:
-        doc.bullets([escape_inline(n) for n in notes])
+    if data.notes:
+        doc.bullets([escape_inline(n) for n in data.notes])
     comm_model_section(study, doc, section)
-    na = [
-        f"{escape_inline(c.config)}: {escape_inline(str(c.reason))}"
-        for c in study.configs()
-        if not c.applicable
-    ]
-    if na:
-        doc.paragraph("Not applicable on this machine (not run, not faked):")
-        doc.bullets(na)
+    not_applicable_list(study, doc, "machine")
     return section
 
 

@@ -12,7 +12,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainscope.numfmt import fmt_sig
 from trainscope.records.run_dir import STAGE_LABELS, STAGES
 
 # Every number with significant digits is written by this one function: plain digits,
@@ -27,11 +26,12 @@ from trainscope.reports.latex_layout import (  # noqa: F401 (re-exported)
     MISSING,
     table_to_latex,
 )
+from trainscope.util.numfmt import fmt_sig
 
-# The escapers live in trainscope.textsafe, one per output format; latex_escape is
+# The escapers live in trainscope.util.textsafe, one per output format; latex_escape is
 # re-exported here, where table code has always found it.
-from trainscope.textsafe import html_text, markdown_text
-from trainscope.textsafe import latex_escape as latex_escape
+from trainscope.util.textsafe import html_text, markdown_text
+from trainscope.util.textsafe import latex_escape as latex_escape
 
 # ---------------------------------------------------------------------------------------
 # Number formatting

@@ -29,13 +29,13 @@ from trainscope.errors import TrainscopeError
 from trainscope.records.run_dir import STAGE_LABELS, STAGES, RunRecord, load_run
 from trainscope.reports.document import Document, escape_inline
 from trainscope.reports.plots import (
-    _new_figure,
-    _run_heading,
-    _save,
-    _stage_color,
+    new_figure,
     plain_text_figure,
+    run_heading,
+    save_figure,
+    stage_color,
 )
-from trainscope.textsafe import plot_text
+from trainscope.util.textsafe import plot_text
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -344,7 +344,7 @@ def _draw_background(
     if ref is None:
         return
     for sp in ref.spans if spans else ():
-        color = _stage_color(_SPAN_STAGE.get(sp.name, sp.name))
+        color = stage_color(_SPAN_STAGE.get(sp.name, sp.name))
         ax.axvspan(sp.start, sp.start + sp.duration, color=color, alpha=0.12, lw=0, zorder=0)
     edges = sorted({e.start for e in ref.epochs} | {e.end for e in ref.epochs})
     for x in edges:
@@ -442,7 +442,7 @@ def _draw_stage_row(ax: Axes, rank: RankTimeline, y: float, lo: float, hi: float
     for sp in rank.spans:
         by_stage.setdefault(_SPAN_STAGE.get(sp.name, sp.name), []).append((sp.start, sp.duration))
     for name, bars in by_stage.items():
-        ax.broken_barh(bars, (y - half, 2 * half), facecolors=_stage_color(name), lw=0)
+        ax.broken_barh(bars, (y - half, 2 * half), facecolors=stage_color(name), lw=0)
         drawn.add(name)
 
     intervals = _stage_intervals(rank.steps)
@@ -456,7 +456,7 @@ def _draw_stage_row(ax: Axes, rank: RankTimeline, y: float, lo: float, hi: float
         for name in names:
             starts, durs = intervals[name]
             bars = list(zip(starts, durs))
-            ax.broken_barh(bars, (y - half, 2 * half), facecolors=_stage_color(name), lw=0)
+            ax.broken_barh(bars, (y - half, 2 * half), facecolors=stage_color(name), lw=0)
         return drawn
     # Many steps per pixel: stack each stage's share of every bin, in run order, so a
     # bin that is 70% backward is 70% backward-coloured (drawing bars would let the last
@@ -478,7 +478,7 @@ def _draw_stage_row(ax: Axes, rank: RankTimeline, y: float, lo: float, hi: float
         verts = np.column_stack(
             (np.concatenate((xs, xs[::-1])), np.repeat(np.concatenate((top, bottom[::-1])), 2))
         )
-        poly = PolyCollection([verts], facecolors=[_stage_color(name)], linewidths=0)
+        poly = PolyCollection([verts], facecolors=[stage_color(name)], linewidths=0)
         ax.add_collection(poly, autolim=False)
         bottom = top
     return drawn
@@ -522,7 +522,7 @@ def timeline_figure(
             panels.append((metric, lines))
 
     stage_height = 0.5 + 0.32 * len(rows)
-    fig = _new_figure(11.0, 1.0 + 1.4 * len(panels) + stage_height)
+    fig = new_figure(11.0, 1.0 + 1.4 * len(panels) + stage_height)
     axes = fig.subplots(
         len(panels) + 1,
         1,
@@ -555,20 +555,20 @@ def timeline_figure(
 
     legend = [n for n in STAGES if n in drawn] + sorted(n for n in drawn if n not in STAGES)
     fig.legend(
-        [Patch(facecolor=_stage_color(n)) for n in legend],
+        [Patch(facecolor=stage_color(n)) for n in legend],
         [plot_text(STAGE_LABELS.get(n, n)) for n in legend],
         loc="outside lower center",
         ncols=min(len(legend), 5),
         frameon=False,
         fontsize=8,
     )
-    title = f"Timeline: {_run_heading(timeline.summary)}"
+    title = f"Timeline: {run_heading(timeline.summary)}"
     if multi:
         title += f", {len(timeline.ranks)} ranks"
         if len(timeline.ranks) > len(rows):
             title += f" (stage rows of the first {len(rows)})"
     fig.suptitle(title, fontsize=11)
-    return _save(fig, path_png, path_svg)
+    return save_figure(fig, path_png, path_svg)
 
 
 def timeline_section(record: RunRecord, doc: Document, plots_dir: str | Path) -> list[Path]:

@@ -19,7 +19,12 @@ from typing import Any
 
 from trainscope.records.jsonio import atomic_write_text, dumps, finite
 from trainscope.records.run_dir import STAGES, RunRecord
-from trainscope.reports.timeline import Timeline, load_timeline, no_timeline_reason
+from trainscope.reports.timeline import (
+    RankTimeline,
+    Timeline,
+    load_timeline,
+    no_timeline_reason,
+)
 
 # What the trace is called next to a report (the lead decides where it is written).
 TRACE_FILE = "trace.json"
@@ -110,6 +115,109 @@ def _clip_overlaps(events: list[dict[str, Any]]) -> int:
     return clipped
 
 
+def _present(**args: Any) -> dict[str, Any]:
+    return {k: v for k, v in args.items() if v is not None}
+
+
+class _Events:
+    """The trace's events as they are gathered rank by rank, on one axis from ``lo``."""
+
+    def __init__(self, lo: float) -> None:
+        self.lo = lo
+        self.tracks = _Tracks()
+        self.spans: list[dict[str, Any]] = []
+        self.counters: list[dict[str, Any]] = []
+        self.used: dict[int, set[int]] = {}  # pid -> local thread ids with events
+
+    def complete(
+        self,
+        pid: int,
+        local: int,
+        name: str,
+        cat: str,
+        start: float,
+        dur: float,
+        args: dict[str, Any],
+    ) -> None:
+        """A complete event (``ph: "X"``) on thread ``local`` of rank ``pid``."""
+        self.spans.append(
+            {
+                "ph": "X",
+                "name": name,
+                "cat": cat,
+                "pid": pid,
+                "tid": thread_id(pid, local),
+                "ts": _us(start - self.lo),
+                "dur": max(0.0, _us(dur)),
+                "args": args,
+            }
+        )
+
+    def add_rank(self, rank: RankTimeline) -> None:
+        """The rank's epochs, setup/evaluation/checkpoint spans, steps and their stages."""
+        pid = rank.rank
+        locals_used = self.used.setdefault(pid, set())
+        if rank.epochs:
+            locals_used.add(TID_EPOCHS)
+        for e in rank.epochs:
+            name = f"epoch {e.epoch}" if e.epoch is not None else "epoch"
+            args = _present(epoch=e.epoch)
+            self.complete(pid, TID_EPOCHS, name, "epoch", e.start, e.end - e.start, args)
+        for sp in rank.spans:
+            local = TID_CHECKPOINTS if sp.name == "checkpoint" else TID_OUTSIDE
+            locals_used.add(local)
+            args = _present(epoch=sp.epoch, step=sp.step)
+            self.complete(pid, local, sp.name, sp.name, sp.start, sp.duration, args)
+        if rank.steps:
+            locals_used.add(TID_STEPS)
+        for s in rank.steps:
+            args = _present(step=s.step, epoch=s.epoch, loss=s.loss, batch_size=s.batch_size)
+            self.complete(pid, TID_STEPS, "step", "step", s.t, s.duration, args)
+            t = s.t
+            for stage, d in s.stages:
+                local = self.tracks.tid(stage)
+                locals_used.add(local)
+                stage_args = {} if s.step is None else {"step": s.step}
+                self.complete(pid, local, stage, "stage", t, d, stage_args)
+                t += d
+        self.add_counters(rank)
+
+    def add_counters(self, rank: RankTimeline) -> None:
+        """A counter event (``ph: "C"``) per system sample of the rank."""
+        pid = rank.rank
+        for (metric, gpu), points in rank.system.items():
+            label, unit, factor = _COUNTERS[metric]
+            name = label if gpu is None else f"GPU {gpu} {label}"
+            self.used[pid].add(TID_SYSTEM)
+            for x, v in points:
+                self.counters.append(
+                    {
+                        "ph": "C",
+                        "name": name,
+                        "pid": pid,
+                        "tid": thread_id(pid, TID_SYSTEM),
+                        "ts": _us(x - self.lo),
+                        "args": {unit: v * factor},
+                    }
+                )
+
+    def metadata(self) -> list[dict[str, Any]]:
+        """Names and sort order of every process and thread that has events."""
+        meta: list[dict[str, Any]] = []
+        for pid in sorted(self.used):
+            # Every event names a thread, metadata too: the process's go on its system
+            # thread, which is therefore named even when the rank recorded no samples.
+            base = {"ph": "M", "pid": pid, "tid": thread_id(pid, TID_SYSTEM), "ts": 0}
+            meta.append({**base, "name": "process_name", "args": {"name": f"rank {pid}"}})
+            meta.append({**base, "name": "process_sort_index", "args": {"sort_index": pid}})
+            for local in sorted(self.used[pid] | {TID_SYSTEM}):
+                base = {"ph": "M", "pid": pid, "tid": thread_id(pid, local), "ts": 0}
+                name = self.tracks.name(local)
+                meta.append({**base, "name": "thread_name", "args": {"name": name}})
+                meta.append({**base, "name": "thread_sort_index", "args": {"sort_index": local}})
+        return meta
+
+
 def chrome_trace(run: RunRecord | Timeline | str | os.PathLike[str]) -> dict[str, Any]:
     """The run's timeline as a Chrome Trace Event Format object (``traceEvents`` etc.).
 
@@ -121,86 +229,20 @@ def chrome_trace(run: RunRecord | Timeline | str | os.PathLike[str]) -> dict[str
     """
     timeline = run if isinstance(run, Timeline) else load_timeline(run)
     lo = min(0.0, timeline.bounds()[0])  # ts must not be negative
-    tracks = _Tracks()
-    spans: list[dict[str, Any]] = []
-    counters: list[dict[str, Any]] = []
-    used: dict[int, set[int]] = {}
-
-    def complete(
-        pid: int, local: int, name: str, cat: str, start: float, dur: float, args: dict[str, Any]
-    ) -> None:
-        spans.append(
-            {
-                "ph": "X",
-                "name": name,
-                "cat": cat,
-                "pid": pid,
-                "tid": thread_id(pid, local),
-                "ts": _us(start - lo),
-                "dur": max(0.0, _us(dur)),
-                "args": args,
-            }
-        )
-
-    def present(**args: Any) -> dict[str, Any]:
-        return {k: v for k, v in args.items() if v is not None}
-
+    events = _Events(lo)
     for rank in timeline.ranks:
-        pid = rank.rank
-        locals_used = used.setdefault(pid, set())
-        if rank.epochs:
-            locals_used.add(TID_EPOCHS)
-        for e in rank.epochs:
-            name = f"epoch {e.epoch}" if e.epoch is not None else "epoch"
-            args = present(epoch=e.epoch)
-            complete(pid, TID_EPOCHS, name, "epoch", e.start, e.end - e.start, args)
-        for sp in rank.spans:
-            local = TID_CHECKPOINTS if sp.name == "checkpoint" else TID_OUTSIDE
-            locals_used.add(local)
-            args = present(epoch=sp.epoch, step=sp.step)
-            complete(pid, local, sp.name, sp.name, sp.start, sp.duration, args)
-        if rank.steps:
-            locals_used.add(TID_STEPS)
-        for s in rank.steps:
-            args = present(step=s.step, epoch=s.epoch, loss=s.loss, batch_size=s.batch_size)
-            complete(pid, TID_STEPS, "step", "step", s.t, s.duration, args)
-            t = s.t
-            for stage, d in s.stages:
-                local = tracks.tid(stage)
-                locals_used.add(local)
-                complete(
-                    pid, local, stage, "stage", t, d, {} if s.step is None else {"step": s.step}
-                )
-                t += d
-        for (metric, gpu), points in rank.system.items():
-            label, unit, factor = _COUNTERS[metric]
-            name = label if gpu is None else f"GPU {gpu} {label}"
-            used[pid].add(TID_SYSTEM)
-            for x, v in points:
-                counters.append(
-                    {
-                        "ph": "C",
-                        "name": name,
-                        "pid": pid,
-                        "tid": thread_id(pid, TID_SYSTEM),
-                        "ts": _us(x - lo),
-                        "args": {unit: v * factor},
-                    }
-                )
+        events.add_rank(rank)
+    clipped = _clip_overlaps(events.spans)
+    return {
+        "traceEvents": events.metadata() + events.spans + events.counters,
+        "displayTimeUnit": "ms",
+        "metadata": {"trainscope": _trace_info(timeline, lo, clipped)},
+    }
 
-    clipped = _clip_overlaps(spans)
-    meta: list[dict[str, Any]] = []
-    for pid in sorted(used):
-        # Every event names a thread, metadata too: the process's go on its system thread,
-        # which is therefore named even when the rank recorded no samples.
-        base = {"ph": "M", "pid": pid, "tid": thread_id(pid, TID_SYSTEM), "ts": 0}
-        meta.append({**base, "name": "process_name", "args": {"name": f"rank {pid}"}})
-        meta.append({**base, "name": "process_sort_index", "args": {"sort_index": pid}})
-        for local in sorted(used[pid] | {TID_SYSTEM}):
-            base = {"ph": "M", "pid": pid, "tid": thread_id(pid, local), "ts": 0}
-            meta.append({**base, "name": "thread_name", "args": {"name": tracks.name(local)}})
-            meta.append({**base, "name": "thread_sort_index", "args": {"sort_index": local}})
 
+def _trace_info(timeline: Timeline, lo: float, clipped: int) -> dict[str, Any]:
+    """The trace's ``metadata["trainscope"]``: the run, its axis, and notes on what is
+    missing or was cut."""
     summary = timeline.summary
     notes = list(timeline.notes)
     if (reason := no_timeline_reason(timeline)) is not None:
@@ -224,17 +266,12 @@ def chrome_trace(run: RunRecord | Timeline | str | os.PathLike[str]) -> dict[str
         "notes": notes,
     }
     # Only JSON scalars from the record (anything else is shown as its text), finite.
-    info = finite(
+    return finite(
         {
             k: v if k == "notes" or v is None or isinstance(v, (str, int, float)) else str(v)
             for k, v in info.items()
         }
     )
-    return {
-        "traceEvents": meta + spans + counters,
-        "displayTimeUnit": "ms",
-        "metadata": {"trainscope": info},
-    }
 
 
 def write_chrome_trace(

@@ -1,5 +1,3 @@
-"""Runtime: device choice, seeding and the environment description of a run."""
-
-from trainscope.runtime.device import describe_environment, resolve_device, seed_everything
-
-__all__ = ["describe_environment", "resolve_device", "seed_everything"]
+"""Runtime: the device and seeds of a run, the process group, threads, signals and the
+watchdog. Importing the package imports nothing: ``runtime.signals`` and
+``runtime.threads`` stay torch-free for the command line."""

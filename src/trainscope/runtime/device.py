@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from trainscope.errors import DeviceError
+from trainscope.version import __version__
 
 
 def resolve_device(name: str) -> torch.device:
@@ -65,10 +66,8 @@ def _git_sha() -> str | None:
 
 def describe_environment(device: torch.device) -> dict[str, Any]:
     """Versions, devices and host: what env.json holds."""
-    import trainscope
-
     env: dict[str, Any] = {
-        "trainscope_version": trainscope.__version__,
+        "trainscope_version": __version__,
         "python": sys.version.split()[0],
         "torch": torch.__version__,
         "cuda": torch.version.cuda,

@@ -29,7 +29,7 @@ MIB = 1 << 20
 def bucket_groups(grads: list[torch.Tensor], cap_bytes: float) -> list[list[torch.Tensor]]:
     """``grads`` in reverse order, grouped into buckets: a bucket closes when a tensor
     takes it to ``cap_bytes`` or above, or when the dtype or device changes (a flat
-    buffer has one of each). :func:`trainscope.collectives.predict.buckets` is the same
+    buffer has one of each). :func:`trainscope.comm.predict.buckets` is the same
     rule on sizes alone."""
     groups: list[list[torch.Tensor]] = []
     current: list[torch.Tensor] = []

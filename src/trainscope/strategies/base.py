@@ -107,7 +107,7 @@ def grads_for_sync(model: nn.Module) -> list[torch.Tensor]:
 def grad_layout(model: nn.Module) -> dict[str, Any]:
     """What gradient communication sees of ``model``: each trainable parameter's gradient
     bytes in registration order, and FSDP's units (the parameters outside ``model.blocks``
-    first, then each block's); the input of :mod:`trainscope.collectives.predict`."""
+    first, then each block's); the input of :mod:`trainscope.comm.predict`."""
     from trainscope.workloads.base import model_blocks
 
     def nbytes(p: torch.Tensor) -> int:

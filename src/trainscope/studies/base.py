@@ -11,6 +11,7 @@ that failed or was interrupted is redone. Rerunning the same command continues a
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 import warnings
@@ -18,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainscope.config import available_cpus, from_dict, merge
 from trainscope.errors import ConfigError, Terminated, TrainscopeError
@@ -32,7 +33,11 @@ from trainscope.records.study_dir import (
     read_study_file,
     write_study,
 )
-from trainscope.textsafe import terminal_text
+from trainscope.train.console import RunConsole
+from trainscope.util.textsafe import terminal_text
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass
@@ -89,6 +94,33 @@ def execute(
         return _execute(plan, existing, overwrite=overwrite, say=say, run_fn=run_fn)
 
 
+@dataclass
+class _Session:
+    """One invocation of a study in its claimed directory: what its phases share."""
+
+    plan: StudyPlan
+    study_dir: Path
+    say: Say
+    run_fn: Callable[..., dict[str, Any]]
+    started: str
+    argv: list[str]
+    result: StudyResult
+    todo: list[PlannedRun] = field(default_factory=list)
+    """The applicable runs, in execution order."""
+    done_before: set[str] = field(default_factory=set)
+    failures: dict[str, str] = field(default_factory=dict)
+    """Errors of runs that failed before writing a summary of their own (e.g. a full disk
+    at prepare_run_dir): kept in study.json so the report can name them."""
+    durations: list[float] = field(default_factory=list)
+    """Of the runs executed so far: the basis of "about ... left"."""
+
+    def write(self, status: str, **extra: Any) -> None:
+        """study.json with ``status`` (its keys in the same order every time)."""
+        write_study(
+            self.study_dir, self.plan, status, started_at=self.started, **extra, argv=self.argv
+        )
+
+
 def _execute(
     plan: StudyPlan,
     owned: OwnedDir,
@@ -98,6 +130,32 @@ def _execute(
     run_fn: Callable[..., dict[str, Any]] | None,
 ) -> StudyResult:
     """:func:`execute` in the claimed (locked, marked) study directory."""
+    session = _start(plan, owned, overwrite=overwrite, say=say, run_fn=run_fn)
+    try:
+        for i, planned in enumerate(session.todo, 1):
+            _run_planned(session, i, planned)
+    except (KeyboardInterrupt, Terminated) as e:
+        status = "interrupted" if isinstance(e, KeyboardInterrupt) else f"stopped ({e})"
+        done = sum(_completed(session.study_dir / r.rel_dir) for r in session.todo)
+        say(f"study {plan.kind} {status} after {done} of {len(session.todo)} runs")
+        session.write(status, failures=session.failures)
+        raise
+    status = "completed" if not session.result.failed else "completed_with_failures"
+    finished = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    session.write(status, finished_at=finished, failures=session.failures)
+    return session.result
+
+
+def _start(
+    plan: StudyPlan,
+    owned: OwnedDir,
+    *,
+    overwrite: bool,
+    say: Say,
+    run_fn: Callable[..., dict[str, Any]] | None,
+) -> _Session:
+    """Check and mark the study directory, write study.json as running, and say what is
+    about to run."""
     study_dir = owned.path
     if is_study_dir(study_dir) and not overwrite:
         if not _same_plan(read_study_file(study_dir), plan):
@@ -114,75 +172,60 @@ def _execute(
     owned.record(STUDY_FILE, dirs=sorted(folders))
     if run_fn is None:
         from trainscope.train.run import run as run_fn
-    from trainscope.train.console import RunConsole
 
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     if is_study_dir(study_dir) and not overwrite:  # resuming: keep the first start time
         started = read_study_file(study_dir).get("started_at") or started
     # The command itself: runs launched in processes of their own cannot tell the report.
     argv = list(sys.argv)
-    write_study(study_dir, plan, "running", started_at=started, argv=argv)
-    result = StudyResult(study_dir=study_dir)
-    # Errors of runs that failed before writing a summary of their own (e.g. a full disk
-    # at prepare_run_dir): kept in study.json so the report can name them.
-    failures: dict[str, str] = {}
-    order = [r for r in execution_order(plan.runs)]
-    todo = [r for r in order if r.applicable]
+    session = _Session(plan, study_dir, say, run_fn, started, argv, StudyResult(study_dir))
+    session.write("running")
+    order = execution_order(plan.runs)
+    session.todo = [r for r in order if r.applicable]
     # Read once: the runs kept from an earlier invocation take no time in this one.
-    done_before = {r.id for r in todo if not overwrite and _completed(study_dir / r.rel_dir)}
-    result.not_applicable = [r.id for r in order if not r.applicable]
+    session.done_before = {
+        r.id for r in session.todo if not overwrite and _completed(study_dir / r.rel_dir)
+    }
+    session.result.not_applicable = [r.id for r in order if not r.applicable]
     for r in plan.runs:
         if not r.applicable and not r.warmup and r.repeat == 1:
             say(f"{r.config}: not applicable here ({r.reason})")
     say(plan_line(plan))
-    durations: list[float] = []  # of the runs executed so far: the basis of "about ... left"
+    return session
+
+
+def _run_planned(session: _Session, i: int, planned: PlannedRun) -> None:
+    """Run the ``i``-th of the session's runs into its directory (or keep it, done before).
+    A failing run is recorded and said, and the study goes on; Ctrl-C is raised."""
+    todo, result, say = session.todo, session.result, session.say
+    run_dir = session.study_dir / planned.rel_dir
+    tag = f"[{i}/{len(todo)}] {planned.id}"
+    if planned.id in session.done_before:
+        result.skipped.append(planned.id)
+        say(f"{tag}: already done, kept")
+        return
+    cfg = from_dict(merge(session.plan.base_config, planned.overrides))
+    cfg.out, cfg.overwrite = str(run_dir), True
+    cfg.runtime.progress = False
+    t0 = time.perf_counter()
     try:
-        for i, planned in enumerate(todo, 1):
-            run_dir = study_dir / planned.rel_dir
-            tag = f"[{i}/{len(todo)}] {planned.id}"
-            if planned.id in done_before:
-                result.skipped.append(planned.id)
-                say(f"{tag}: already done, kept")
-                continue
-            cfg = from_dict(merge(plan.base_config, planned.overrides))
-            cfg.out, cfg.overwrite = str(run_dir), True
-            cfg.runtime.progress = False
-            t0 = time.perf_counter()
-            try:
-                with warnings.catch_warnings():
-                    # A sweep asks for more workers than CPUs on purpose; torch's warning
-                    # about it would repeat on every run of the sweep.
-                    warnings.filterwarnings("ignore", message="This DataLoader will create")
-                    summary = run_fn(cfg, RunConsole(enabled=False))
-            except KeyboardInterrupt:
-                raise
-            except Exception as e:  # recorded in the run's summary; the study goes on
-                result.failed.append(planned.id)
-                failures[planned.id] = f"{type(e).__name__}: {e}"
-                say(f"{tag}: failed: {type(e).__name__}: {e}")
-                continue
-            result.executed.append(planned.id)
-            durations.append(time.perf_counter() - t0)
-            note = " (warm-up, discarded)" if planned.warmup else ""
-            left = _time_left(durations, [r for r in todo[i:] if r.id not in done_before])
-            say(f"{tag}: {summary.get('status')} in {durations[-1]:.2f} s{note}{left}")
-    except (KeyboardInterrupt, Terminated) as e:
-        status = "interrupted" if isinstance(e, KeyboardInterrupt) else f"stopped ({e})"
-        done = sum(_completed(study_dir / r.rel_dir) for r in todo)
-        say(f"study {plan.kind} {status} after {done} of {len(todo)} runs")
-        write_study(study_dir, plan, status, started_at=started, failures=failures, argv=argv)
+        with warnings.catch_warnings():
+            # A sweep asks for more workers than CPUs on purpose; torch's warning
+            # about it would repeat on every run of the sweep.
+            warnings.filterwarnings("ignore", message="This DataLoader will create")
+            summary = session.run_fn(cfg, RunConsole(enabled=False))
+    except KeyboardInterrupt:
         raise
-    status = "completed" if not result.failed else "completed_with_failures"
-    write_study(
-        study_dir,
-        plan,
-        status,
-        started_at=started,
-        finished_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        failures=failures,
-        argv=argv,
-    )
-    return result
+    except Exception as e:  # recorded in the run's summary; the study goes on
+        result.failed.append(planned.id)
+        session.failures[planned.id] = f"{type(e).__name__}: {e}"
+        say(f"{tag}: failed: {type(e).__name__}: {e}")
+        return
+    result.executed.append(planned.id)
+    session.durations.append(time.perf_counter() - t0)
+    note = " (warm-up, discarded)" if planned.warmup else ""
+    left = _time_left(session.durations, [r for r in todo[i:] if r.id not in session.done_before])
+    say(f"{tag}: {summary.get('status')} in {session.durations[-1]:.2f} s{note}{left}")
 
 
 def plan_line(plan: StudyPlan) -> str:
@@ -291,6 +334,55 @@ def share_core_budget(base_config: dict[str, Any], runs: list[PlannedRun]) -> in
         r.overrides["runtime.threads"] = threads
         r.labels.update(threads=threads, processes=procs, budget_kept=kept)
     return budget
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """What every study's planner is given: the run settings it starts from (plain config
+    data), the device, the repeats of each configuration and whether an untimed warm-up
+    run comes first."""
+
+    base_config: dict[str, Any]
+    device: torch.device
+    repeats: int = 3
+    warmup: bool = True
+
+
+PlanResult = tuple[list[PlannedRun], dict[str, Any]]
+"""What a study's plan body returns: its runs and its own options as study.json keeps them."""
+PlanBody = Callable[..., PlanResult]
+"""``body(request, **own) -> PlanResult``."""
+
+
+def study_planner(kind: str) -> Callable[[PlanBody], Callable[..., StudyPlan]]:
+    """Make a study's ``plan(base_config, device, *, repeats=3, warmup=True, **own)`` (the
+    registry's planner) from its body, which only lists its configurations: the arguments
+    every study takes, the options they add to study.json and the checks of
+    :func:`finish_plan` are here, once."""
+
+    def wrap(body: PlanBody) -> Callable[..., StudyPlan]:
+        @functools.wraps(body, assigned=("__module__", "__name__", "__qualname__", "__doc__"))
+        def plan(
+            base_config: dict[str, Any],
+            device: torch.device,
+            *,
+            repeats: int = 3,
+            warmup: bool = True,
+            **own: Any,
+        ) -> StudyPlan:
+            runs, options = body(PlanRequest(base_config, device, repeats, warmup), **own)
+            options = plan_options(repeats, warmup, device, **options)
+            return finish_plan(kind, base_config, options, runs, warmup)
+
+        return plan
+
+    return wrap
+
+
+def plan_options(repeats: int, warmup: bool, device: torch.device, **own: Any) -> dict[str, Any]:
+    """A study's options as its study.json keeps them, in this order: ``repeats``,
+    ``warmup``, the study's ``own`` options (as given), then ``device``."""
+    return {"repeats": repeats, "warmup": warmup, **own, "device": str(device)}
 
 
 def finish_plan(

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from trainscope.config import checkpointing_policy
 from trainscope.errors import ConfigError
-from trainscope.records.study_dir import PlannedRun, StudyPlan
-from trainscope.studies.base import finish_plan, repeats_of
+from trainscope.records.study_dir import PlannedRun
+from trainscope.studies.base import PlanRequest, PlanResult, repeats_of, study_planner
 
 DEFAULT_POLICIES = ("none", "every-2", "selective", "full")
 
@@ -30,24 +28,17 @@ DEFAULT_WORKLOAD: dict[str, Any] = {
 }
 
 
-def plan(
-    base_config: dict[str, Any],
-    device: torch.device,
-    *,
-    repeats: int = 3,
-    warmup: bool = True,
-    policies: list[str] | None = None,
-) -> StudyPlan:
+@study_planner("checkpointing")
+def plan(request: PlanRequest, *, policies: list[str] | None = None) -> PlanResult:
     """One configuration per checkpointing policy, each repeated."""
     policies = list(DEFAULT_POLICIES) if policies is None else policies
     runs: list[PlannedRun] = []
     for p in policies:
         checkpointing_policy(p)  # a bad name: one line before anything runs
         runs += repeats_of(
-            p, repeats, labels={"checkpointing": p}, overrides={"runtime.checkpointing": p}
+            p, request.repeats, labels={"checkpointing": p}, overrides={"runtime.checkpointing": p}
         )
-    options = {"repeats": repeats, "warmup": warmup, "policies": policies, "device": str(device)}
-    return finish_plan("checkpointing", base_config, options, runs, warmup)
+    return runs, {"policies": policies}
 
 
 def options_from_args(args: Any, overrides: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:

@@ -13,11 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from trainscope.errors import ConfigError
-from trainscope.records.study_dir import PlannedRun, StudyPlan
-from trainscope.studies.base import finish_plan, positive, repeats_of
+from trainscope.records.study_dir import PlannedRun
+from trainscope.studies.base import PlanRequest, PlanResult, positive, repeats_of, study_planner
 
 DEFAULT_WORKERS = list(range(0, 11))
 DEFAULT_ITER_WORKERS = [0, 2, 4]
@@ -45,99 +43,90 @@ def parse_int_list(text: str) -> list[int]:
     return sorted(set(out))
 
 
+@study_planner("loader")
 def plan(
-    base_config: dict[str, Any],
-    device: torch.device,
+    request: PlanRequest,
     *,
-    repeats: int = 3,
-    warmup: bool = True,
     workers: list[int] | None = None,
     sweep_epochs: int = 3,
     iter_workers: list[int] | None = None,
     iter_epochs: int = 2,
     iter_steps: int = 50,
-) -> StudyPlan:
+) -> PlanResult:
     """The loader study's runs for ``base_config`` (plain config data) on ``device``."""
     workers = DEFAULT_WORKERS if workers is None else workers
     iter_workers = DEFAULT_ITER_WORKERS if iter_workers is None else iter_workers
-    cpu = device.type != "cuda"
-    sweep = {"train.data_only": True, "train.epochs": sweep_epochs, "data.loader": "torch"}
-    off = {"data.pin_memory": False, "data.persistent_workers": False, "data.prefetch_factor": None}
-    runs: list[PlannedRun] = []
-    for w in workers:
-        common = {**sweep, **off, "data.num_workers": w}
-        runs += repeats_of(
-            f"w{w}",
-            repeats,
-            group="sweep",
-            labels={"num_workers": w, "variant": "default"},
-            overrides=common,
-        )
-        runs += repeats_of(
-            f"w{w}-pin",
-            repeats,
-            group="sweep",
-            labels={"num_workers": w, "variant": "pin_memory"},
-            overrides={**common, "data.pin_memory": True},
-            applicable=not cpu,
-            reason=PIN_CPU_REASON if cpu else None,
-        )
-        if w > 0:  # persistent workers need workers
-            runs += repeats_of(
-                f"w{w}-persistent",
-                repeats,
-                group="sweep",
-                labels={"num_workers": w, "variant": "persistent_workers"},
-                overrides={**common, "data.persistent_workers": True},
-            )
-    runs += repeats_of(
-        "fast",
-        repeats,
-        group="sweep",
-        labels={"num_workers": 0, "variant": "fast"},
-        overrides={**sweep, **off, "data.num_workers": 0, "data.loader": "fast"},
-    )
-    train = {"train.data_only": False, "train.epochs": iter_epochs}
-    train["train.max_steps_per_epoch"] = iter_steps
-    for aug in (False, True):
-        for w in iter_workers:
-            runs += repeats_of(
-                f"iter-w{w}-aug{int(aug)}",
-                repeats,
-                group="per_iteration",
-                labels={"num_workers": w, "loader": "torch", "augment": aug},
-                overrides={
-                    **train,
-                    **off,
-                    "data.loader": "torch",
-                    "data.num_workers": w,
-                    "workload.augment": aug,
-                },
-            )
-        runs += repeats_of(
-            f"iter-fast-aug{int(aug)}",
-            repeats,
-            group="per_iteration",
-            labels={"num_workers": 0, "loader": "fast", "augment": aug},
-            overrides={
-                **train,
-                **off,
-                "data.loader": "fast",
-                "data.num_workers": 0,
-                "workload.augment": aug,
-            },
-        )
-    options = {
-        "repeats": repeats,
-        "warmup": warmup,
+    cpu = request.device.type != "cuda"
+    runs = _sweep_runs(workers, request.repeats, sweep_epochs, cpu=cpu)
+    runs += _per_iteration_runs(iter_workers, request.repeats, iter_epochs, iter_steps)
+    return runs, {
         "workers": workers,
         "sweep_epochs": sweep_epochs,
         "iter_workers": iter_workers,
         "iter_epochs": iter_epochs,
         "iter_steps": iter_steps,
-        "device": str(device),
     }
-    return finish_plan("loader", base_config, options, runs, warmup)
+
+
+# The loader settings the study varies, all off: each configuration turns on its own.
+_OFF = {"data.pin_memory": False, "data.persistent_workers": False, "data.prefetch_factor": None}
+
+
+def _sweep_runs(workers: list[int], repeats: int, epochs: int, *, cpu: bool) -> list[PlannedRun]:
+    """The sweep's data-only runs: per worker count the default, ``pin_memory`` and
+    ``persistent_workers`` variants, then the fast in-memory path."""
+    sweep = {"train.data_only": True, "train.epochs": epochs, "data.loader": "torch", **_OFF}
+
+    def variant(
+        name: str, w: int, label: str, overrides: dict[str, Any], reason: str | None = None
+    ) -> list[PlannedRun]:
+        return repeats_of(
+            name,
+            repeats,
+            group="sweep",
+            labels={"num_workers": w, "variant": label},
+            overrides=overrides,
+            applicable=reason is None,
+            reason=reason,
+        )
+
+    runs: list[PlannedRun] = []
+    for w in workers:
+        common = {**sweep, "data.num_workers": w}
+        runs += variant(f"w{w}", w, "default", common)
+        pin = {**common, "data.pin_memory": True}
+        runs += variant(f"w{w}-pin", w, "pin_memory", pin, PIN_CPU_REASON if cpu else None)
+        if w > 0:  # persistent workers need workers
+            persistent = {**common, "data.persistent_workers": True}
+            runs += variant(f"w{w}-persistent", w, "persistent_workers", persistent)
+    fast = {**sweep, "data.num_workers": 0, "data.loader": "fast"}
+    return runs + variant("fast", 0, "fast", fast)
+
+
+def _per_iteration_runs(
+    workers: list[int], repeats: int, epochs: int, steps: int
+) -> list[PlannedRun]:
+    """The short training runs, augmentation off then on: per worker count with torch's
+    loader, then the fast path."""
+    train = {"train.data_only": False, "train.epochs": epochs, "train.max_steps_per_epoch": steps}
+    loaders = [*((f"w{w}", "torch", w) for w in workers), ("fast", "fast", 0)]
+    runs: list[PlannedRun] = []
+    for aug in (False, True):
+        for name, loader, w in loaders:
+            runs += repeats_of(
+                f"iter-{name}-aug{int(aug)}",
+                repeats,
+                group="per_iteration",
+                labels={"num_workers": w, "loader": loader, "augment": aug},
+                overrides={
+                    **train,
+                    **_OFF,
+                    "data.loader": loader,
+                    "data.num_workers": w,
+                    "workload.augment": aug,
+                },
+            )
+    return runs
 
 
 def options_from_args(args: Any, overrides: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:

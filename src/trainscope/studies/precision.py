@@ -13,13 +13,13 @@ import torch
 
 from trainscope.config import PRECISIONS
 from trainscope.errors import DeviceError
-from trainscope.records.study_dir import PlannedRun, StudyPlan
-from trainscope.studies.base import finish_plan, name_list, repeats_of
+from trainscope.records.study_dir import PlannedRun
+from trainscope.studies.base import PlanRequest, PlanResult, name_list, repeats_of, study_planner
 
 
 def applicability(name: str, device: torch.device) -> str | None:
     """None when ``name`` runs on ``device``, else the reason it cannot."""
-    from trainscope.precision import make_precision
+    from trainscope.techniques.precision import make_precision
 
     try:
         make_precision(name, device).close()
@@ -28,34 +28,22 @@ def applicability(name: str, device: torch.device) -> str | None:
     return None
 
 
-def plan(
-    base_config: dict[str, Any],
-    device: torch.device,
-    *,
-    repeats: int = 3,
-    warmup: bool = True,
-    precisions: list[str] | None = None,
-) -> StudyPlan:
+@study_planner("precision")
+def plan(request: PlanRequest, *, precisions: list[str] | None = None) -> PlanResult:
     """One configuration per precision, each repeated; inapplicable ones are marked."""
     precisions = list(PRECISIONS) if precisions is None else precisions
     runs: list[PlannedRun] = []
     for p in precisions:
-        reason = applicability(p, device)
+        reason = applicability(p, request.device)
         runs += repeats_of(
             p,
-            repeats,
+            request.repeats,
             labels={"precision": p},
             overrides={"runtime.precision": p},
             applicable=reason is None,
             reason=reason,
         )
-    options = {
-        "repeats": repeats,
-        "warmup": warmup,
-        "precisions": precisions,
-        "device": str(device),
-    }
-    return finish_plan("precision", base_config, options, runs, warmup)
+    return runs, {"precisions": precisions}
 
 
 def options_from_args(args: Any, overrides: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:

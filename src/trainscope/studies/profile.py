@@ -2,18 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-import torch
-
-from trainscope.records.study_dir import StudyPlan
-from trainscope.studies.base import finish_plan, repeats_of
+from trainscope.studies.base import PlanRequest, PlanResult, repeats_of, study_planner
 
 
-def plan(
-    base_config: dict[str, Any], device: torch.device, *, repeats: int = 3, warmup: bool = True
-) -> StudyPlan:
+@study_planner("profile")
+def plan(request: PlanRequest) -> PlanResult:
     """``repeats`` runs of the base configuration, unchanged."""
-    runs = repeats_of("run", repeats, labels={}, overrides={})
-    options = {"repeats": repeats, "warmup": warmup, "device": str(device)}
-    return finish_plan("profile", base_config, options, runs, warmup)
+    return repeats_of("run", request.repeats, labels={}, overrides={}), {}

@@ -19,8 +19,16 @@ from typing import Any
 import torch
 
 from trainscope import registry
-from trainscope.records.study_dir import PlannedRun, StudyPlan
-from trainscope.studies.base import finish_plan, name_list, positive, repeats_of
+from trainscope.records.study_dir import PlannedRun
+from trainscope.studies.base import (
+    PlanRequest,
+    PlanResult,
+    name_list,
+    positive,
+    repeats_of,
+    study_planner,
+)
+from trainscope.studies.strategies_model import study_options
 
 
 def configurations() -> tuple[str, ...]:
@@ -44,51 +52,40 @@ def applicability(name: str, procs: int, device: torch.device) -> str | None:
     return None
 
 
+@study_planner("strategies")
 def plan(
-    base_config: dict[str, Any],
-    device: torch.device,
+    request: PlanRequest,
     *,
-    repeats: int = 3,
-    warmup: bool = True,
     nproc: int = 2,
     strategies: list[str] | None = None,
     bucket_mb: float = 25.0,
     cost_model: dict[str, Any] | None = None,
-) -> StudyPlan:
+) -> PlanResult:
     """One configuration per strategy, each repeated; the global batch stays the same.
     ``cost_model``: {"source": where, "fits": α–β fits as study.json keeps them}."""
     names = list(configurations()) if strategies is None else strategies
     runs: list[PlannedRun] = []
     for name in names:
         overrides, procs = _config(name, nproc, bucket_mb)
-        reason = applicability(name, procs, device)
+        reason = applicability(name, procs, request.device)
         runs += repeats_of(
             name,
-            repeats,
+            request.repeats,
             labels={"strategy": name, "processes": procs},
             overrides=overrides,
             applicable=reason is None,
             reason=reason,
         )
-    options = {
-        "repeats": repeats,
-        "warmup": warmup,
-        "nproc": nproc,
-        "strategies": names,
-        "device": str(device),
-        "bucket_mb": bucket_mb,
-    }
+    options: dict[str, Any] = {"nproc": nproc, "strategies": names, "bucket_mb": bucket_mb}
     if cost_model:
         options["cost_model"] = cost_model
-    return finish_plan("strategies", base_config, options, runs, warmup)
+    return runs, options
 
 
 def options_from_args(args: Any, overrides: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """The strategies study's flags as :func:`plan`'s keyword arguments (registry hook).
     ``--nproc`` is the study's process count and ``--bucket-mb`` allreduce-bucketed's
     bucket: taken out of the run overrides, since each configuration sets its own."""
-    from trainscope.studies.strategies_model import study_options
-
     nproc = positive("nproc", overrides.pop("dist.nproc", 2))
     bucket_mb = overrides.pop("dist.bucket_mb", 25.0)
     chosen = args.strategies or ",".join(configurations())

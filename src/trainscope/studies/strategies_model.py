@@ -9,9 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from trainscope import registry
+from trainscope.collectives.predict_cli import fits_of_study
+from trainscope.comm.record import read_record
 from trainscope.config import MAX_BUCKET_MB
-from trainscope.config_checks import need_number
 from trainscope.errors import ConfigError, TrainscopeError
+from trainscope.records import schema
+from trainscope.records.record_specs import STUDY
+from trainscope.records.study_dir import STUDY_FILE
+from trainscope.util.checks import need_number
 
 
 def needs() -> dict[str, tuple[str, ...]]:
@@ -37,12 +42,6 @@ def study_options(
     need_number("bucket_mb", bucket_mb, low=0.0, low_open=True, high=MAX_BUCKET_MB)
     options: dict[str, Any] = {"bucket_mb": float(bucket_mb)}
     if cost_model_dir is not None:
-        from trainscope.collectives.predict_cli import fits_of_study
-        from trainscope.collectives.record import read_record
-        from trainscope.records import schema
-        from trainscope.records.record_specs import STUDY
-        from trainscope.records.study_dir import STUDY_FILE
-
         try:
             schema.validate(
                 read_record(Path(cost_model_dir)), STUDY, Path(cost_model_dir) / STUDY_FILE

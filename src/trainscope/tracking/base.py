@@ -18,10 +18,10 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from trainscope.config import SINK_NAMES
 from trainscope.errors import ConfigError, TrainscopeError
 from trainscope.tracking.sink import Sink
-
-SINK_NAMES = ("wandb", "tensorboard")
+from trainscope.util.textsafe import one_line
 
 # What `pip install` gives each sink its package; shown when the package is missing.
 INSTALL_HINTS = {
@@ -102,8 +102,6 @@ class Sinks:
         # print, not warnings.warn: a warnings filter set to "error" would turn this back
         # into the exception we are keeping away from the training loop.
         try:
-            from trainscope.textsafe import one_line
-
             print(f"warning: {one_line(message)}", file=sys.stderr, flush=True)
         except Exception:  # a closed stderr must not matter either
             pass
@@ -148,6 +146,9 @@ def make_sinks(names: Sequence[str], quiet: bool = False) -> Sinks:
     the run directory is created. Raises :class:`ConfigError` for an unknown name and
     :class:`TrainscopeError` (with the pip command) for a missing package.
     """
+    from trainscope.tracking.tensorboard_sink import TensorBoardSink
+    from trainscope.tracking.wandb_sink import WandbSink
+
     if isinstance(names, str):  # "wandb" would otherwise read as five one-letter names
         names = [names]
     wanted: list[str] = []
@@ -162,12 +163,8 @@ def make_sinks(names: Sequence[str], quiet: bool = False) -> Sinks:
     for name in wanted:
         try:
             if name == "wandb":
-                from trainscope.tracking.wandb_sink import WandbSink
-
                 sinks.append(WandbSink(quiet=quiet))
             else:
-                from trainscope.tracking.tensorboard_sink import TensorBoardSink
-
                 sinks.append(TensorBoardSink())
         except TrainscopeError:
             raise

@@ -85,28 +85,37 @@ def epoch_scalars(row: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
+# (key in the sample, scalar name, scale) of the machine's scalars and of each GPU's.
+SYSTEM_FIELDS = (
+    ("cpu_percent", "cpu_percent", 1.0),
+    ("rss_bytes", "rss_mib", 1.0 / MIB),
+    ("system_memory_percent", "memory_percent", 1.0),
+)
+GPU_FIELDS = (
+    ("util_percent", "util_percent", 1.0),
+    ("memory_used_bytes", "memory_used_mib", 1.0 / MIB),
+    ("power_w", "power_w", 1.0),
+)
+
+
+def _scaled(
+    source: Mapping[str, Any], fields: tuple[tuple[str, str, float], ...], prefix: str
+) -> dict[str, float]:
+    """``prefix + name``: the scaled value of each field ``source`` has a number for."""
+    out: dict[str, float] = {}
+    for key, name, scale in fields:
+        value = _number(source.get(key))
+        if value is not None:
+            out[f"{prefix}{name}"] = value * scale
+    return out
+
+
 def system_scalars(sample: Mapping[str, Any]) -> dict[str, float]:
     """``system/...`` scalars of one sample; memory in MiB, one group per GPU."""
-    out: dict[str, float] = {}
-    for key, name, scale in (
-        ("cpu_percent", "cpu_percent", 1.0),
-        ("rss_bytes", "rss_mib", 1.0 / MIB),
-        ("system_memory_percent", "memory_percent", 1.0),
-    ):
-        value = _number(sample.get(key))
-        if value is not None:
-            out[f"system/{name}"] = value * scale
+    out = _scaled(sample, SYSTEM_FIELDS, "system/")
     for gpu in sample.get("gpus") or []:
         # A GPU whose query failed carries only {"index", "error"}: nothing to plot.
-        i = gpu.get("index")
-        for key, name, scale in (
-            ("util_percent", "util_percent", 1.0),
-            ("memory_used_bytes", "memory_used_mib", 1.0 / MIB),
-            ("power_w", "power_w", 1.0),
-        ):
-            value = _number(gpu.get(key))
-            if value is not None:
-                out[f"system/gpu{i}_{name}"] = value * scale
+        out.update(_scaled(gpu, GPU_FIELDS, f"system/gpu{gpu.get('index')}_"))
     return out
 
 

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from trainscope.textsafe import one_line
 from trainscope.tracking.sink import (
     Sink,
     epoch_scalars,
@@ -30,6 +29,7 @@ from trainscope.tracking.sink import (
     step_scalars,
     system_scalars,
 )
+from trainscope.util.textsafe import one_line
 
 DEFAULT_BASE_URL = "https://api.wandb.ai"
 

@@ -21,7 +21,7 @@ from trainscope.train.checkpoint import CHECKPOINT_FILES, TMP_PREFIX, prune, wri
 from trainscope.train.progress import EpochProgress, RunProgress
 
 if TYPE_CHECKING:
-    from trainscope.train.faults import Fault
+    from trainscope.train.fault_injection import Fault
     from trainscope.train.loop import TrainState
 
 

@@ -32,10 +32,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainscope.activation_checkpointing import apply_checkpointing
 from trainscope.config import RuntimeConfig
 from trainscope.errors import ConfigError
 from trainscope.strategies.base import Strategy
+from trainscope.techniques.activation_checkpointing import apply_checkpointing
 from trainscope.workloads.base import model_blocks
 
 

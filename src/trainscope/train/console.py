@@ -13,8 +13,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainscope.numfmt import fmt_sig
-from trainscope.textsafe import rich_text, terminal_text
+from trainscope.records.jsonio import try_json_object
+from trainscope.reports.console import print_line, print_summary
+from trainscope.reports.cpu import oversubscribed_note
+from trainscope.util.numfmt import fmt_sig
+from trainscope.util.textsafe import rich_text, terminal_text
 
 if TYPE_CHECKING:
     from rich.progress import Progress
@@ -240,10 +243,6 @@ class RunConsole:
         if not self.enabled:
             return
         import shlex
-
-        from trainscope.records.jsonio import try_json_object
-        from trainscope.reports.console import print_line, print_summary
-        from trainscope.reports.cpu import oversubscribed_note
 
         # The versions (torch, Python, CUDA) are in env.json, not in the summary.
         env = try_json_object(run_dir / "env.json") if run_dir is not None else None

@@ -5,8 +5,11 @@ such, with what to change, instead of surfacing as an unexplained library error.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import re
+import signal
+import time
 from typing import Any
 
 from trainscope.errors import Terminated, TrainscopeError
@@ -21,6 +24,49 @@ TIMED_OUT = re.compile(
 )
 WORKER_KILLED = re.compile(r"DataLoader worker \(pid\(?s?\)? ?([\d, ]+)\)? (?:is killed by signal: "
                            r"([^.]+)|exited unexpectedly)")  # fmt: skip
+
+
+WORKER_END_WAIT_S = 2.0
+"""How long a reset connection to a DataLoader worker waits for the worker to be seen ended."""
+
+
+def _dead_loader_workers(e: BaseException) -> list[tuple[int, int]]:
+    """``(pid, exit code)`` of the DataLoader workers that had ended when ``e`` came out of
+    a DataLoader's iterator. A worker killed mid-batch can surface as a reset connection
+    (the main process was reading the batch it was sending) rather than as torch's "worker
+    is killed" error: the iterator in the traceback still knows its workers."""
+    tb = e.__traceback__
+    while tb is not None:
+        workers = getattr(tb.tb_frame.f_locals.get("self"), "_workers", None)
+        if isinstance(workers, list) and workers:
+            # The connection closes as the worker dies, a moment before the kernel reports
+            # it ended: wait for that moment, briefly (this is already the failure path).
+            deadline = time.monotonic() + WORKER_END_WAIT_S
+            while True:
+                dead = [(w.pid, w.exitcode) for w in workers if getattr(w, "exitcode", None)]
+                if dead or time.monotonic() > deadline:
+                    return dead
+                time.sleep(0.02)
+        tb = tb.tb_next
+    return []
+
+
+def _worker_ended(e: BaseException) -> str | None:
+    """How a DataLoader worker ended, from torch's message or from the iterator's workers."""
+    killed = WORKER_KILLED.search(_text(e))
+    if killed:
+        pid, sig = killed.group(1).strip(), killed.group(2)
+        return f"(pid {pid}) " + (
+            f"was killed by signal {sig.strip()}" if sig else "exited unexpectedly"
+        )
+    if not isinstance(e, (ConnectionError, EOFError)):
+        return None
+    for pid, code in _dead_loader_workers(e):
+        if code < 0:
+            with contextlib.suppress(ValueError):
+                return f"(pid {pid}) was killed by signal {signal.Signals(-code).name}"
+        return f"(pid {pid}) exited unexpectedly (exit code {code})"
+    return None
 
 
 def _text(e: BaseException) -> str:
@@ -52,22 +98,27 @@ def explain(e: BaseException, cfg: Any, watchdog: Any = None) -> str | None:
     None for anything else (then :func:`describe` says what it was)."""
     if isinstance(e, (TrainscopeError, KeyboardInterrupt, Terminated)):
         return None
-    text = _text(e)
-    if TIMED_OUT.search(text) and cfg.dist.nproc * cfg.dist.nnodes > 1:
+    if TIMED_OUT.search(_text(e)) and cfg.dist.nproc * cfg.dist.nnodes > 1:
         return _collective_timeout(cfg, watchdog)
+    return machine_cause(e)
+
+
+def machine_cause(e: BaseException) -> str | None:
+    """The one-line cause of a failure that is the machine's (a full disk, a DataLoader
+    worker killed, memory running out), or None. The command line asks too, for what
+    escapes a run: torch reports a killed worker from its SIGCHLD handler, which can fire
+    while the run is already recording another failure."""
     if isinstance(e, OSError) and e.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", -1)):
         where = f" writing {e.filename}" if e.filename else ""
         return (
             f"the disk is full ({e.strerror}){where}: free some space, or write the run "
             "elsewhere with --out"
         )
-    killed = WORKER_KILLED.search(text)
-    if killed:
-        pid, sig = killed.group(1).strip(), killed.group(2)
-        how = f"was killed by signal {sig.strip()}" if sig else "exited unexpectedly"
+    worker = _worker_ended(e)
+    if worker:
         return (
-            f"a DataLoader worker (pid {pid}) {how}: the kernel's out-of-memory killer is "
-            "the usual cause; lower --num-workers or --batch-size, or use --loader fast"
+            f"a DataLoader worker {worker}: the kernel's out-of-memory killer is the usual "
+            "cause; lower --num-workers or --batch-size, or use --loader fast"
         )
     if isinstance(e, MemoryError):
         return "out of host memory: lower --batch-size or --num-workers, or use a smaller model"

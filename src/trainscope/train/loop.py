@@ -11,22 +11,32 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
 
 from trainscope.data.loaders import BatchLoader
 from trainscope.errors import DivergedError
-from trainscope.precision import Precision
 from trainscope.profiling.timer import StageTimer, device_sync
-from trainscope.signals import raise_if_stopped
+from trainscope.runtime.signals import raise_if_stopped
 from trainscope.strategies.base import Strategy
+from trainscope.techniques.precision import Precision
 from trainscope.train.progress import TRAIN_STAGES, EpochProgress, EpochResult
 from trainscope.workloads.base import LossFn, Workload, move_to
 
-if TYPE_CHECKING:
-    from trainscope.train.checkpointer import Checkpointer
+
+class CheckpointPolicy(Protocol):
+    """What the loop asks of :class:`trainscope.train.checkpointer.Checkpointer`: whether
+    a checkpoint is due after a step, and to write one (the rule is the checkpointer's)."""
+
+    def due(self, step: int) -> bool:
+        """A checkpoint is due after global step ``step``."""
+        ...
+
+    def save(self, state: TrainState, epoch: EpochProgress | None = None) -> None:
+        """Write ``state``'s checkpoint."""
+        ...
 
 
 @dataclass
@@ -222,7 +232,7 @@ class EpochOptions:
     """The mean over ranks of a tensor of losses (one collective per log interval)."""
     origin: float = 0.0
     """The run's clock origin (a perf_counter reading): every ``t`` counts from it."""
-    checkpointer: Checkpointer | None = None
+    checkpointer: CheckpointPolicy | None = None
     """Asked after every step whether a checkpoint is due (and then writes it)."""
     resumed: EpochProgress | None = None
     """A resumed epoch's totals up to its checkpoint."""

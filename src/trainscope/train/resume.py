@@ -16,8 +16,9 @@ from typing import Any
 import torch
 
 from trainscope.errors import ConfigError, TrainscopeError
+from trainscope.records.attempts import current_events
+from trainscope.records.run_dir import read_jsonl, try_summary
 from trainscope.runtime.dist import DistInfo, gather_objects
-from trainscope.textsafe import one_line
 from trainscope.train.checkpoint import (
     Checkpoint,
     checked_state,
@@ -26,6 +27,7 @@ from trainscope.train.checkpoint import (
     load_checkpoint,
 )
 from trainscope.train.loop import local_tensors
+from trainscope.util.textsafe import one_line
 
 # Config keys a resume may change: how long to train (more epochs), how often to evaluate,
 # log and checkpoint, how the run is measured and launched. Numbers do not depend on them
@@ -151,8 +153,6 @@ def precheck(run_dir: Path, config: dict[str, Any], world_size: int, restarted: 
     was written by a run that differs (by its recorded config and world size), if there
     is none to go on from (unless torchrun restarted the run), or if the run completed
     and no more epochs are asked for. The model and data are compared once built."""
-    from trainscope.records.run_dir import try_summary
-
     found = complete_checkpoints(run_dir / "checkpoints")
     if not found:
         if restarted:
@@ -257,10 +257,8 @@ def earlier_attempts(previous: dict[str, Any], ended: str) -> list[dict[str, Any
 def recorded_events(run_dir: Path) -> tuple[list[dict[str, Any]], int]:
     """``metrics.jsonl`` as the run stands (each step once), and the highest step any
     attempt recorded (what a resume from an earlier step does again)."""
-    from trainscope.records.attempts import current_events
-    from trainscope.records.run_dir import _read_jsonl
 
-    raw = _read_jsonl(run_dir / "metrics.jsonl")
+    raw = read_jsonl(run_dir / "metrics.jsonl")
     steps = [e["step"] for e in raw if e.get("event") == "step" and isinstance(e.get("step"), int)]
     return current_events(raw), max(steps, default=0)
 

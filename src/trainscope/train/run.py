@@ -15,15 +15,13 @@ from typing import Any
 
 import torch
 
-from trainscope import outcomes, registry
+from trainscope import registry
 from trainscope.config import RunConfig
 from trainscope.errors import ConfigError, TrainscopeError
-from trainscope.precision import make_precision
 from trainscope.profiling.system import SystemSampler, clock_origin, process_start
-from trainscope.records import OwnedDir, RunWriter, prepare_run_dir, reopen_run_dir
-from trainscope.records.run_dir import try_summary
-from trainscope.runtime import describe_environment, resolve_device
-from trainscope.runtime.device import device_name
+from trainscope.records import OwnedDir, RunWriter, launch_outcomes, prepare_run_dir, reopen_run_dir
+from trainscope.records.run_dir import output_root, try_summary
+from trainscope.runtime.device import describe_environment, device_name, resolve_device
 from trainscope.runtime.dist import (
     DistInfo,
     destroy_distributed,
@@ -31,10 +29,11 @@ from trainscope.runtime.dist import (
     rank_device,
     under_torchrun,
 )
+from trainscope.runtime.signals import signals_deferred
 from trainscope.runtime.threads import CpuMeter, apply_threads, plan_threads
-from trainscope.signals import signals_deferred
+from trainscope.runtime.watchdog import Progress, StallWatchdog
 from trainscope.strategies import make_strategy, strategy_options
-from trainscope.textsafe import one_line
+from trainscope.techniques.precision import make_precision
 from trainscope.tracking import make_sinks
 from trainscope.train import failures, ranks
 from trainscope.train.console import RunConsole
@@ -48,13 +47,12 @@ from trainscope.train.trainer import (  # noqa: F401 (build_optimizer, compose, 
     cache_dir,
     compose,
 )
+from trainscope.util.textsafe import one_line
 from trainscope.workloads import check_options
 
 
 def default_out(cfg: RunConfig) -> Path:
     """runs/<workload>-<UTC timestamp> for runs without --out (runs/: see output_root)."""
-    from trainscope.records.run_dir import output_root
-
     name = re.sub(r"[^\w.-]+", "_", cfg.workload.name)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     return output_root() / f"{name}-{stamp}"
@@ -146,7 +144,7 @@ def _record(ctx: RunContext, owned: OwnedDir) -> dict[str, Any]:
     """The run inside its (locked) directory: every way it ends is written to the record."""
     cfg, info, sinks = ctx.cfg, ctx.info, ctx.sinks
     run_dir = owned.path if info.is_main else owned.path.parent.parent
-    outcomes.note_run_dir(run_dir)
+    launch_outcomes.note_run_dir(run_dir)
     if cfg.resume:
         _continue_from(ctx, try_summary(owned.path / "summary.json"))
     writer = RunWriter(owned, ctx.attempt)
@@ -237,11 +235,12 @@ def _train(ctx: RunContext, writer: RunWriter, record: RunSummary) -> None:
         record.set_system(sampler.summary())
         record.complete()  # unless the stall watchdog has ended the run
     except BaseException as e:
-        explained = failures.explain(e, cfg, watchdog)  # the user's or the machine's cause
-        record.fail(failures.describe(e, explained))  # unless the stall watchdog said why
-        record.set_system(sampler.summary())
-        if ctx.cpu is not None and record.cpu is None:  # ended before its figures
-            record.set_cpu(ctx.cpu.section(workers=_int_or_zero(record.facts.num_workers)))
+        with signals_deferred():  # a second failure must not cut this record short
+            explained = failures.explain(e, cfg, watchdog)  # the user's or machine's cause
+            record.fail(failures.describe(e, explained))  # unless the watchdog said why
+            record.set_system(sampler.summary())
+            if ctx.cpu is not None and record.cpu is None:  # ended before its figures
+                record.set_cpu(ctx.cpu.section(workers=_int_or_zero(record.facts.num_workers)))
         if explained:
             raise TrainscopeError(explained) from e
         raise
@@ -285,14 +284,12 @@ def _stall_watchdog(cfg: RunConfig, info: DistInfo, record: RunSummary) -> Any:
         return contextlib.nullcontext()
     import torch.distributed as dist
 
-    from trainscope.runtime.watchdog import Progress, StallWatchdog
-
     def on_stall(verdict: Any) -> None:
         # In the watchdog's thread, while the main thread may be stuck in a collective:
         # record, say it once, and leave without waiting for anything that may never come.
         message = f"stalled: {verdict.message()}"
         record.stall(message)
-        if not outcomes.report_end(message, "stalled") and info.is_main:
+        if not launch_outcomes.report_end(message, "stalled") and info.is_main:
             print(f"trainscope: error: {one_line(message)}", file=sys.stderr, flush=True)
         # Leave in order, each rank's verdict written first: rank 0 hosts the store the
         # other watchdogs read, so it waits for them to reach theirs; the others wait for

@@ -23,15 +23,16 @@ import torch
 from trainscope.config import RunConfig, TrainConfig
 from trainscope.data.loaders import make_loader
 from trainscope.profiling.memory import MemoryProbe
+from trainscope.profiling.peak import ENV_VAR, mfu, peak_flops
 from trainscope.profiling.system import peak_rss_bytes
 from trainscope.profiling.timer import ProgressTimer, device_sync, make_stage_timer
 from trainscope.records import RunWriter, atomic_write_json
-from trainscope.records.steady import steady_state
-from trainscope.runtime import seed_everything
+from trainscope.records.steady_state import steady_state
+from trainscope.runtime.device import seed_everything
 from trainscope.runtime.dist import DistInfo
 from trainscope.strategies.base import Strategy, grad_layout
 from trainscope.tracking import Sinks
-from trainscope.train import faults, ranks
+from trainscope.train import fault_injection, ranks
 from trainscope.train.checkpointer import Checkpointer
 from trainscope.train.compose import compile_warmup, compiled_graphs, compose
 from trainscope.train.console import RunConsole
@@ -46,6 +47,7 @@ from trainscope.train.loop import (
 from trainscope.train.progress import FIRST_LOSSES, RunProgress
 from trainscope.train.record import MemoryFigures, Results, RunSummary, SetupFacts, Throughput
 from trainscope.train.resume import data_fingerprint, resume_into
+from trainscope.train.schedule import make_scheduler, param_groups
 from trainscope.workloads import build_workload
 
 NO_VALIDATION = "no validation data: the workload has no validation split (or it is empty)"
@@ -93,8 +95,6 @@ def cache_dir() -> Path:
 def build_optimizer(cfg: TrainConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
     """The optimizer a TrainConfig names, over ``model``'s parameters (weight decay on
     matrices only: see trainscope.train.schedule.param_groups)."""
-    from trainscope.train.schedule import param_groups
-
     groups = param_groups(model, cfg.weight_decay)
     if cfg.optimizer == "sgd":
         return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum)
@@ -212,10 +212,12 @@ class Trainer:
         timer = make_stage_timer(ctx.device, cfg.runtime.timing)
         self.watch_timer = ProgressTimer(timer, self.watch) if self.watch is not None else None
         self.timer = self.watch_timer if self.watch_timer is not None else timer
-        # Tests of resume and restarts make a process die at a chosen point (train.faults).
-        self.fault = faults.from_env(ctx.info.rank, ctx.attempt)
+        # Tests of resume and restarts make a process die at a chosen point (train.fault_injection).
+        self.fault = fault_injection.from_env(ctx.info.rank, ctx.attempt)
         if self.fault is not None:
-            self.timer = faults.FaultTimer(self.timer, self.fault, lambda: self.state.step + 1)
+            self.timer = fault_injection.FaultTimer(
+                self.timer, self.fault, lambda: self.state.step + 1
+            )
 
     def _setup_facts(self) -> SetupFacts:
         workload, strategy = self.workload, self.ctx.strategy
@@ -299,8 +301,6 @@ class Trainer:
 
     def _schedule(self) -> None:
         """The lr schedule over every optimizer step the run will take (all epochs)."""
-        from trainscope.train.schedule import make_scheduler
-
         train = self.cfg.train
         per_epoch = len(self.train_loader)
         if train.max_steps_per_epoch:
@@ -522,8 +522,6 @@ class Trainer:
             out.mfu_note = "the workload states no FLOPs per sample"
             self.record.set_throughput(out)
             return
-        from trainscope.profiling.peak import ENV_VAR, mfu, peak_flops
-
         out.flops_per_sample = flops = workload.flops_per_sample
         out.peak_flops_per_device = peak = peak_flops(device, precision)
         # Every rank's device contributes its peak: MFU is achieved / (peak x devices).
@@ -535,7 +533,7 @@ class Trainer:
         self.record.set_throughput(out)
 
     def _weights_fault(self) -> Any:
-        """Tests of a run killed while writing its weights (train.faults) die there."""
+        """Tests of a run killed while writing its weights (train.fault_injection) die there."""
         fault, step = self.fault, self.state.step
         return (lambda: fault.die_at("weights", step)) if fault is not None else None
 

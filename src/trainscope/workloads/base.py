@@ -12,6 +12,8 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import Dataset
 
+from trainscope.errors import ConfigError
+
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
@@ -204,8 +206,6 @@ class Workload:
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
-            from trainscope.errors import ConfigError
-
             raise ConfigError(
                 f"workload {self.name!r}: unknown task {self.task!r}; choose one of "
                 f"{', '.join(TASKS)} (or give metrics_factory)"

@@ -32,23 +32,47 @@ from trainscope.workloads.base import LMMetrics, Workload, lm_loss  # noqa: F401
 # --------------------------------------------------------------------------- config
 
 
+# Model shape and dropout per preset; vocab_size always comes from the corpus.
+PRESETS: dict[str, dict[str, Any]] = {
+    "tiny": {
+        "n_layer": 2,
+        "n_head": 2,
+        "n_embd": 64,
+        "block_size": 64,
+        "dropout": 0.0,
+        "bias": False,
+    },
+    "shakespeare": {
+        "n_layer": 6,
+        "n_head": 6,
+        "n_embd": 384,
+        "block_size": 256,
+        "dropout": 0.2,
+        "bias": False,
+    },
+}
+DEFAULT_PRESET = "shakespeare"
+_DEFAULTS = PRESETS[DEFAULT_PRESET]
+
+
 @dataclass
 class GPTConfig:
-    """The shape of a GPT model (validated on construction)."""
+    """The shape of a GPT model (validated on construction). The defaults are the default
+    preset's (:data:`PRESETS`), with the 65 characters of Tiny Shakespeare."""
 
     vocab_size: int = 65
     """Number of distinct tokens (characters of the corpus for gpt-char)."""
-    block_size: int = 256
+    block_size: int = _DEFAULTS["block_size"]
     """Context length T: the longest sequence the model reads (position embeddings)."""
-    n_layer: int = 6
+    n_layer: int = _DEFAULTS["n_layer"]
     """Number of transformer blocks L."""
-    n_head: int = 6
+    n_head: int = _DEFAULTS["n_head"]
     """Attention heads H per block; the head dimension is n_embd / n_head."""
-    n_embd: int = 384
+    n_embd: int = _DEFAULTS["n_embd"]
     """Width C of the residual stream."""
-    dropout: float = 0.2
+    dropout: float = _DEFAULTS["dropout"]
     """Dropout on embeddings, attention weights and both residual branches (0 disables)."""
-    bias: bool = False
+    bias: bool = _DEFAULTS["bias"]
     """Biases in the Linear and LayerNorm layers (GPT-2 had them; without is a little
     faster and trains as well)."""
 
@@ -86,26 +110,6 @@ class GPTConfig:
         return self.n_embd // self.n_head
 
 
-# Model shape and dropout per preset; vocab_size always comes from the corpus.
-PRESETS: dict[str, dict[str, Any]] = {
-    "tiny": {
-        "n_layer": 2,
-        "n_head": 2,
-        "n_embd": 64,
-        "block_size": 64,
-        "dropout": 0.0,
-        "bias": False,
-    },
-    "shakespeare": {
-        "n_layer": 6,
-        "n_head": 6,
-        "n_embd": 384,
-        "block_size": 256,
-        "dropout": 0.2,
-        "bias": False,
-    },
-}
-DEFAULT_PRESET = "shakespeare"
 DEFAULT_EVAL_WINDOWS = 640
 """Validation windows: 20 batches of the default batch size 32. A window count rather than
 a batch count, so the validation estimate does not change with the batch size."""

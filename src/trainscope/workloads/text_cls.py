@@ -26,7 +26,7 @@ from typing import Any
 
 from torch import nn
 
-from trainscope.config import WorkloadConfig
+from trainscope.config import WorkloadConfig, show
 from trainscope.data.glue import (
     PadCollate,
     PretrainedEncoder,
@@ -106,8 +106,6 @@ def _float(key: str, value: Any, low: float, high: float | None = None) -> float
     # NaN fails every comparison; infinity passes an open upper end, so refuse it by name.
     finite = x not in (float("inf"), float("-inf"))
     if isinstance(value, bool) or not (finite and x >= low and (high is None or x < high)):
-        from trainscope.config import show  # a huge integer by its size, not its digits
-
         bound = f"in [{low}, {high})" if high is not None else f">= {low}"
         raise ConfigError(f"text-cls option {key} must be a number {bound}, got {show(value)}")
     return x
@@ -159,8 +157,6 @@ def parse_options(options: Mapping[str, Any]) -> TextClsOptions:
     lora_r, vocab_size = _int("lora_r", o["lora_r"], 0), _int("vocab_size", o["vocab_size"], 100)
     for key, value, most in (("lora_r", lora_r, 4096), ("vocab_size", vocab_size, 1_000_000)):
         if value > most:
-            from trainscope.config import show
-
             raise ConfigError(f"text-cls option {key} must be at most {most}, got {show(value)}")
     return TextClsOptions(
         task=glue_task(str(o["task"])).name,

@@ -1,0 +1,266 @@
+"""The flags of ``trainscope run`` (and of every study): each maps to one config key.
+
+Kept apart from :mod:`trainscope.cli` so the parser module stays short; like it, this
+module must not import torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from trainscope import registry
+from trainscope.config import BUILTIN_WORKLOADS  # torch-free
+from trainscope.errors import ConfigError
+
+
+def _workers(text: str) -> int | str:
+    """--num-workers, --threads: a count or the word auto."""
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer or auto, got {text!r}") from None
+
+
+def _names(text: str) -> list[str]:
+    """--lora-targets, --track: comma-separated names (empty ones dropped)."""
+    return [name for name in text.split(",") if name]
+
+
+Flag = tuple[str, dict[str, Any]]
+"""A flag's dotted config key and its argparse keyword arguments."""
+
+
+def _given(**kwargs: Any) -> dict[str, Any]:
+    """The keyword arguments that are not None (argparse gets only those)."""
+    return {k: v for k, v in kwargs.items() if v is not None}
+
+
+def _value(dest: str, metavar: str, help: Any = None, kind: Any = None) -> Flag:
+    """A flag that takes a value, converted by ``kind`` (argparse's ``type``; None: text).
+    ``help`` may be a function, called when the parser is built."""
+    return dest, _given(type=kind, metavar=metavar, help=help)
+
+
+def _int(dest: str, metavar: str, help: str | None = None) -> Flag:
+    """A flag that takes a whole number."""
+    return _value(dest, metavar, help, int)
+
+
+def _float(dest: str, metavar: str, help: str | None = None) -> Flag:
+    """A flag that takes a number."""
+    return _value(dest, metavar, help, float)
+
+
+def _on_off(dest: str, help: str | None = None) -> Flag:
+    """``--x`` / ``--no-x``."""
+    return dest, _given(action=argparse.BooleanOptionalAction, help=help)
+
+
+def _switch(dest: str, help: str) -> Flag:
+    """``--x`` alone: true when given."""
+    return dest, {"action": "store_true", "help": help}
+
+
+# CLI flag -> (dotted config key, argparse keyword arguments). Defaults are SUPPRESSed so
+# that only the flags a user typed override the YAML file.
+RUN_FLAGS: dict[str, Flag] = {
+    "--workload": _value(
+        "workload.name",
+        "NAME",
+        " | ".join(BUILTIN_WORKLOADS) + " | pkg.module:factory (default digits)",
+    ),
+    "--data-dir": _value(
+        "workload.data_dir", "DIR", "local data folder (mnist: the four IDX files)"
+    ),
+    "--download": _on_off("workload.download", "allow downloading missing data (default on)"),
+    "--augment": _on_off("workload.augment", "random-affine augmentation of training images"),
+    "--synthetic-samples": _int("workload.synthetic_samples", "N"),
+    "--synthetic-shape": (
+        "workload.synthetic_shape",
+        {"type": int, "nargs": 3, "metavar": ("C", "H", "W")},
+    ),
+    "--num-classes": _int("workload.num_classes", "N", "synthetic: number of classes"),
+    # Workload options (workload.options.*): each workload checks the ones it knows.
+    "--preset": _value(
+        "workload.options.preset",
+        "NAME",
+        "gpt-char: tiny | shakespeare (6 layers x 384, block 256)",
+    ),
+    "--n-layer": _int("workload.options.n_layer", "N", "gpt-char"),
+    "--n-head": _int("workload.options.n_head", "N", "gpt-char"),
+    "--n-embd": _int("workload.options.n_embd", "N", "gpt-char"),
+    "--block-size": _int("workload.options.block_size", "T", "gpt-char: context length"),
+    "--dropout": _float("workload.options.dropout", "P", "gpt-char"),
+    "--model": _value("workload.options.model", "NAME", "text-cls: bert | roberta"),
+    "--model-size": _value(
+        "workload.options.size", "SIZE", "text-cls: tiny | mini | small | base (random weights)"
+    ),
+    "--pretrained": _value(
+        "workload.options.pretrained",
+        "NAME",
+        "text-cls: a hub model (e.g. bert-base-cased; downloaded once, then cached) or a local "
+        "folder in Hugging Face layout (offline)",
+    ),
+    "--task": _value("workload.options.task", "NAME", "text-cls: SST-2 | RTE"),
+    "--max-length": _int("workload.options.max_length", "N", "text-cls: truncate to N tokens"),
+    "--lora-r": _int("workload.options.lora_r", "R", "text-cls: LoRA rank (0: full fine-tuning)"),
+    "--lora-alpha": _float("workload.options.lora_alpha", "A"),
+    "--lora-targets": _value(
+        "workload.options.lora_targets",
+        "LIST",
+        "text-cls: modules LoRA adapts (default query,value)",
+        _names,
+    ),
+    "--batch-size": _int("data.batch_size", "N", "samples per step (default 32)"),
+    "--num-workers": _value(
+        "data.num_workers",
+        "N|auto",
+        "DataLoader workers (default 0); auto measures and picks (cached)",
+        _workers,
+    ),
+    "--loader": _value(
+        "data.loader", "KIND", "torch (DataLoader, default) | fast (tensors on the device)"
+    ),
+    "--pin-memory": _on_off("data.pin_memory"),
+    "--persistent-workers": _on_off("data.persistent_workers"),
+    "--prefetch-factor": _int("data.prefetch_factor", "N"),
+    "--shuffle-seed": _int("data.shuffle_seed", "N"),
+    "--drop-last": _on_off("data.drop_last"),
+    "--epochs": _int("train.epochs", "N", "default 30"),
+    "--max-steps-per-epoch": _int("train.max_steps_per_epoch", "N"),
+    "--optimizer": _value("train.optimizer", "NAME", "sgd | adam | adamw (default sgd)"),
+    "--lr": _float("train.lr", "LR", "learning rate (default 0.05)"),
+    "--momentum": _float("train.momentum", "M"),
+    "--weight-decay": _float("train.weight_decay", "WD"),
+    "--betas": _value(
+        "train.betas",
+        "B1,B2",
+        "Adam/AdamW betas (default 0.9,0.999)",
+        lambda text: [float(b) for b in text.split(",")],
+    ),
+    "--schedule": _value(
+        "train.schedule", "NAME", "lr schedule: constant (default) | cosine | linear | one-cycle"
+    ),
+    "--warmup-steps": _int("train.warmup_steps", "N", "linear lr warm-up over the first N steps"),
+    "--min-lr-ratio": _float(
+        "train.min_lr_ratio", "R", "cosine/linear decay ends at R x lr (default 0)"
+    ),
+    "--grad-clip": _float("train.grad_clip", "NORM", "clip the gradients' global norm (0: off)"),
+    "--seed": _int("train.seed", "N", "model/initialisation seed"),
+    "--eval-every": _int("train.eval_every", "N", "validate every N epochs"),
+    "--data-only": _switch("train.data_only", "iterate the training batches only (no model)"),
+    "--log-every": _int("train.log_every", "N", "read timings and losses every N steps"),
+    "--device": _value("runtime.device", "DEV", "auto | cpu | cuda | cuda:N"),
+    "--threads": _value(
+        "runtime.threads",
+        "N|auto",
+        "torch intra-op threads per process (default auto: OMP_NUM_THREADS if set, else the "
+        "usable cores / the run's processes on this machine); in a study, the core budget "
+        "every configuration shares: threads x processes",
+        _workers,
+    ),
+    "--precision": _value("runtime.precision", "P", "fp32 | tf32 | fp16 | bf16"),
+    "--checkpointing": _value(
+        "runtime.checkpointing",
+        "POLICY",
+        "activation checkpointing of the model's blocks: none (default) | full | every-K | "
+        "selective",
+    ),
+    "--compile": _on_off(
+        "runtime.compile", "torch.compile the model; compile time is its own stage (default off)"
+    ),
+    "--timing": _value("runtime.timing", "MODE", "auto (events on GPU) | exact (sync per stage)"),
+    "--system-interval": _float("runtime.system_interval_s", "S", "seconds between system samples"),
+    "--timing-warmup": _int(
+        "runtime.timing_warmup_steps",
+        "K",
+        "first K steps reported apart from the steady state (default 5)",
+    ),
+    "--track": _value(
+        "runtime.track",
+        "SINKS",
+        "also log to wandb and/or tensorboard (comma-separated; default none)",
+        _names,
+    ),
+    "--checkpoint-every": _int(
+        "train.checkpoint_every", "N", "write a checkpoint every N steps (default off)"
+    ),
+    "--checkpoint-every-epoch": _switch(
+        "train.checkpoint_every_epoch", "write a checkpoint at the end of every epoch"
+    ),
+    "--keep-checkpoints": _int(
+        "train.keep_checkpoints", "K", "complete checkpoints kept (default 2)"
+    ),
+    "--save-weights": _on_off("train.save_weights", "write model.safetensors (default on)"),
+    "--strategy": _value(
+        "dist.strategy",
+        "NAME",
+        # Read when the parser is built: every registered strategy (trainscope.registry).
+        lambda: " | ".join(registry.strategy_names()) + " (default single)",
+    ),
+    "--nproc": _int("dist.nproc", "N", "processes per node, launched by torchrun"),
+    "--nnodes": _int("dist.nnodes", "N", "machines (default 1)"),
+    "--node-rank": _int("dist.node_rank", "R", "this machine"),
+    "--master-addr": _value("dist.master_addr", "HOST", "node 0's address"),
+    "--master-port": _int("dist.master_port", "PORT"),
+    "--rdzv-endpoint": _value(
+        "dist.rdzv_endpoint", "HOST:PORT", "c10d rendezvous instead of master addr/port"
+    ),
+    "--backend": _value("dist.backend", "NAME", "auto | nccl | gloo"),
+    "--scale-lr": _on_off("dist.scale_lr", "lr x world size (linear scaling)"),
+    "--bucket-mb": _float(
+        "dist.bucket_mb",
+        "MB",
+        "allreduce: flatten gradients into buckets of at most MB MiB, one all_reduce per "
+        "bucket (default: one per tensor)",
+    ),
+    "--stall-timeout": _float(
+        "dist.stall_timeout_s",
+        "S",
+        "stop a multi-process run when no rank progressed for S seconds, naming the ranks "
+        "behind (default 60)",
+    ),
+    "--max-restarts": _int(
+        "dist.max_restarts",
+        "K",
+        "torchrun restarts every rank up to K times after one fails; they resume from the "
+        "last checkpoint (default 0)",
+    ),
+    "--timeout": _float("dist.timeout_s", "S", "collective timeout in seconds (default 300)"),
+    "--out": _value("out", "DIR", "run directory (default runs/<workload>-<time>)"),
+    "--overwrite": _switch("overwrite", "replace an existing run directory"),
+}
+
+
+# The groups `run --help` shows the flags in, by the config key they set (first match).
+FLAG_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("output and checkpoints", ("out", "overwrite", "train.save_weights", "train.checkpoint",
+                                "train.keep_checkpoints")),
+    ("workload", ("workload.",)),
+    ("data pipeline", ("data.",)),
+    ("precision and memory", ("runtime.precision", "runtime.checkpointing", "runtime.compile")),
+    ("training", ("train.",)),
+    ("parallel (strategies, torchrun, machines)", ("dist.",)),
+    ("device and measurement", ("runtime.",)),
+)  # fmt: skip
+
+
+def flag_group(dest: str) -> str:
+    """The ``run --help`` group of the flag that sets config key ``dest``."""
+    for title, prefixes in FLAG_GROUPS:
+        if any(dest == p or dest.startswith(p) for p in prefixes):
+            return title
+    return "other"
+
+
+def refuse_what_the_study_sets(study: str, overrides: dict[str, Any]) -> None:
+    """A run flag for a key the study sets itself is an error, never silently dropped."""
+    # Each study's registry entry names the run settings it sets per configuration, and
+    # the study flag to use instead: a run flag for one of them would be silently lost.
+    for key, instead in registry.STUDIES[study].sets.items():
+        if key in overrides:
+            flag = next((f for f, (dest, _) in RUN_FLAGS.items() if dest == key), key)
+            raise ConfigError(f"study {study} sets {flag} for each of its runs; use {instead}")

@@ -1,0 +1,3 @@
+"""The installed trainscope's version (a leaf every layer may read)."""
+
+__version__ = "0.1.0"

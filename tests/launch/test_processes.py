@@ -1,0 +1,319 @@
+"""Real launches (``trainscope run --nproc 2``, gloo on 127.0.0.1): workers import only
+what the console script would, a stalled or dead rank ends in one true line, and killing
+the launcher stops every process it started.
+
+Each test starts real processes (several seconds each); the process-level behaviour is
+what is tested, so nothing here is mocked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import scaled
+from trainscope.records.launch_outcomes import conclude
+
+pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
+
+DDP2 = ["--strategy", "ddp", "--nproc", "2", "--no-progress", "-q"]
+SHORT = ["--epochs", "1", "--max-steps-per-epoch", "3"]
+
+# Modules a user may well have lying in a project folder, each shadowing what trainscope,
+# torch or torchrun import. If any is imported, it leaves a file saying so.
+HOSTILE = """
+import os, sys
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "IMPORTED"), "a") as f:
+    f.write(__name__ + " " + str(os.getpid()) + "\\n")
+raise SystemExit("a module from the current directory was imported: " + __name__)
+"""
+
+
+def trainscope(cwd: Path, *args: str, timeout: float = 150) -> subprocess.CompletedProcess:
+    """``trainscope ARGS`` as a user runs it: the console script, in ``cwd``."""
+    script = Path(sys.executable).parent / "trainscope"
+    argv = [str(script)] if script.exists() else [sys.executable, "-m", "trainscope.cli"]
+    return subprocess.run(
+        [*argv, *args], cwd=cwd, capture_output=True, text=True, timeout=scaled(timeout)
+    )
+
+
+def launched_pids(root_pid: int) -> list[int]:
+    """Every process started under ``root_pid`` (children, grandchildren, ...) now alive."""
+    out = subprocess.run(["ps", "-eo", "pid=,ppid="], capture_output=True, text=True).stdout
+    children: dict[int, list[int]] = {}
+    for line in out.splitlines():
+        pid, ppid = map(int, line.split())
+        children.setdefault(ppid, []).append(pid)
+    found, todo = [], [root_pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    status = Path(f"/proc/{pid}/stat")
+    return not (status.exists() and status.read_text().split()[2] == "Z")
+
+
+def test_workers_never_import_modules_from_the_current_directory(tmp_path: Path) -> None:
+    for name in ("yaml", "numpy", "typing_extensions", "psutil", "rich"):
+        (tmp_path / f"{name}.py").write_text(HOSTILE)
+    done = trainscope(tmp_path, "run", *DDP2, *SHORT, "--out", "r")
+    assert not (tmp_path / "IMPORTED").exists(), (tmp_path / "IMPORTED").read_text()
+    assert done.returncode == 0, done.stderr
+    first = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert first["status"] == "completed"
+    # --overwrite reaches the workers from the command line (a config file could not).
+    again = trainscope(tmp_path, "run", *DDP2, *SHORT, "--out", "r", "--overwrite")
+    assert again.returncode == 0, again.stderr
+    second = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert second["status"] == "completed" and second["started_at"] >= first["started_at"]
+    assert not (tmp_path / "IMPORTED").exists()
+
+
+def test_a_refused_launch_leaves_the_directory_it_named_alone(tmp_path: Path) -> None:
+    """Rank 0 is refused a directory in use: the launcher must not 'complete' its record."""
+    from trainscope.records.ownership import claim_dir
+
+    live = claim_dir(tmp_path / "live", "run")  # another run writing there, alive
+    live.record("summary.json")
+    (tmp_path / "live" / "summary.json").write_text('{"status": "running"}')
+    try:
+        done = trainscope(tmp_path, "run", *DDP2, *SHORT, "--out", "live", "--overwrite")
+    finally:
+        live.release()
+    assert done.returncode != 0
+    assert "in use by another trainscope process" in done.stderr
+    assert (tmp_path / "live" / "summary.json").read_text() == '{"status": "running"}'
+
+
+def test_study_strategies_runs_each_configuration_in_a_process_of_its_own(tmp_path):
+    done = trainscope(
+        tmp_path, "study", "strategies", "--strategies", "single,ddp", "--nproc", "2",
+        "--repeats", "1", "--no-warmup", "--epochs", "1", "--max-steps-per-epoch", "2",
+        "--out", "s", "-q",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    study = json.loads((tmp_path / "s" / "study.json").read_text())
+    assert study["status"] == "completed", study.get("failures")
+    for config in ("single", "ddp"):
+        summary = json.loads((tmp_path / "s" / "runs" / config / "r1" / "summary.json").read_text())
+        assert summary["status"] == "completed"
+
+
+FACTORY = """
+from trainscope.workloads.builtin import digits
+def factory(cfg):
+    return digits(cfg, None)
+"""
+
+
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_a_factory_in_the_current_directory_is_found_alike(tmp_path: Path, nproc: int) -> None:
+    """One rule with one process and under --nproc: installed packages first, then the
+    current directory (never ahead of them: the yaml.py beside it stays unimported)."""
+    (tmp_path / "my_workload.py").write_text(FACTORY)
+    (tmp_path / "yaml.py").write_text(HOSTILE)
+    strategy = ["--strategy", "ddp", "--nproc", "2"] if nproc == 2 else []
+    done = trainscope(
+        tmp_path, "run", "--workload", "my_workload:factory", *strategy, *SHORT, "-q",
+        "--no-progress", "--out", "r",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert not (tmp_path / "IMPORTED").exists()
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["world_size"] == nproc
+
+
+def test_a_bad_input_found_in_the_workers_is_one_line(tmp_path: Path) -> None:
+    done = trainscope(tmp_path, "run", *DDP2, *SHORT, "--workload", "no_such_module:f")
+    assert done.returncode != 0
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("trainscope: error: workload 'no_such_module:f'")
+    assert "Traceback" not in done.stderr and "rank" not in lines[0]
+    assert not (tmp_path / "runs").exists()  # refused before any run directory was made
+
+
+STALLS_ON_RANK_1 = """
+import os, time
+from torch import nn
+from trainscope.workloads.builtin import synthetic
+class Sleepy(nn.Module):
+    def __init__(self, inner):
+        super().__init__()
+        self.inner, self.calls = inner, 0
+    def forward(self, x):
+        self.calls += 1
+        if self.training and os.environ.get("RANK") == "1" and self.calls == 3:
+            time.sleep(600)  # alive, not progressing
+        return self.inner(x)
+def factory(cfg):
+    wl = synthetic(cfg, None)
+    wl.model = Sleepy(wl.model)
+    return wl
+"""
+
+
+def test_a_stalled_rank_is_named_within_the_stall_timeout(tmp_path: Path) -> None:
+    (tmp_path / "stalls.py").write_text(STALLS_ON_RANK_1)
+    t0 = time.monotonic()
+    done = trainscope(
+        tmp_path, "run", "--workload", "stalls:factory", "--synthetic-samples", "256",
+        *DDP2, "--epochs", "1", "--stall-timeout", "4", "--out", "r",
+    )  # fmt: skip
+    elapsed = time.monotonic() - t0
+    assert elapsed < 120  # the sleep is 600 s and the collective timeout 300 s
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode != 0 and len(lines) == 1, done.stderr
+    assert lines[0].startswith("trainscope: error: stalled: rank 1 made no progress")
+    assert "last: step 3" in lines[0] and "--stall-timeout" in lines[0]
+    for path in ("r/summary.json", "r/ranks/rank1/summary.json"):
+        summary = json.loads((tmp_path / path).read_text())
+        assert summary["status"] == "failed"
+        assert summary["error"].startswith("stalled: rank 1 made no progress"), path
+
+
+def _start_long_launch(tmp_path: Path) -> subprocess.Popen:
+    script = Path(sys.executable).parent / "trainscope"
+    argv = [str(script)] if script.exists() else [sys.executable, "-m", "trainscope.cli"]
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    proc = subprocess.Popen(
+        [*argv, "run", *DDP2, "--epochs", "1000", "--log-every", "1", "--out", "r"],
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TMPDIR": str(tmp_path / "tmp")},
+    )
+    metrics = tmp_path / "r" / "metrics.jsonl"
+    deadline = time.monotonic() + 90
+    while not (metrics.is_file() and '"step"' in metrics.read_text()):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"the launch did not start training: {proc.communicate()[1]}")
+        time.sleep(0.2)
+    return proc
+
+
+def _wait_gone(pids: list[int], seconds: float) -> list[int]:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and any(alive(p) for p in pids):
+        time.sleep(0.2)
+    return [p for p in pids if alive(p)]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_killing_the_launcher_stops_every_process_it_started(tmp_path, sig):
+    proc = _start_long_launch(tmp_path)
+    started = launched_pids(proc.pid)
+    assert len(started) >= 3  # torchrun and its two workers
+    proc.send_signal(sig)
+    proc.wait(timeout=90)
+    assert _wait_gone(started, 60) == []
+    assert list((tmp_path / "tmp").glob("trainscope-launch-*")) == []  # no folder left
+    for path in ("r/summary.json", "r/ranks/rank1/summary.json"):
+        summary = json.loads((tmp_path / path).read_text())
+        assert summary["status"] == "failed"
+        assert summary["error"].startswith("terminated by SIGTERM"), summary["error"]
+    if sig == signal.SIGTERM:
+        assert proc.returncode == 128 + signal.SIGTERM
+        assert proc.stderr.read().strip().splitlines() == ["trainscope: terminated by SIGTERM"]
+
+
+def test_a_rank_killed_from_outside_is_named(tmp_path: Path) -> None:
+    proc = _start_long_launch(tmp_path)
+    workers = [p for p in launched_pids(proc.pid) if launched_pids(p) == []]
+    rank1 = json.loads((tmp_path / "r" / "ranks" / "rank1" / "summary.json").read_text())
+    assert rank1["status"] == "running"
+    victim = max(workers)  # torchrun starts rank 0 first
+    os.kill(victim, signal.SIGKILL)
+    proc.wait(timeout=120)
+    err = proc.stderr.read().strip().splitlines()
+    assert proc.returncode != 0 and len(err) == 1, err
+    assert "was killed by SIGKILL without recording why" in err[0]
+    for path in ("r/summary.json", "r/ranks/rank1/summary.json"):
+        summary = json.loads((tmp_path / path).read_text())
+        assert summary["status"] == "failed", path  # nothing left at "running"
+
+
+# ------------------------------------------------- the one line, from the launch folder
+
+
+def _launch_dir(reports: dict[str, dict], agent: dict | None = None) -> Path:
+    folder = Path(tempfile.mkdtemp())
+    for rank, data in reports.items():
+        (folder / f"rank{rank}.json").write_text(json.dumps(data))
+    if agent is not None:
+        (folder / "agent.json").write_text(json.dumps(agent))
+    return folder
+
+
+def test_conclude_prefers_the_cause_over_its_consequences() -> None:
+    folder = _launch_dir(
+        {
+            "0": {"rank": 0, "error": "terminated by SIGTERM", "time": 1.0},
+            "1": {"rank": 1, "error": "DataError: file missing", "time": 5.0},
+        }
+    )
+    assert conclude(folder, 1).error == "rank 1: DataError: file missing"
+
+
+def test_conclude_says_the_same_refusal_once() -> None:
+    same = {"error": "unknown workload 'x'", "time": 1.0}
+    folder = _launch_dir({"0": {"rank": 0, **same}, "1": {"rank": 1, **same}})
+    assert conclude(folder, 1).error == "unknown workload 'x'"
+
+
+def test_conclude_names_a_silent_rank_and_completes_its_record(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    (run / "ranks" / "rank1").mkdir(parents=True)
+    (run / "summary.json").write_text(json.dumps({"status": "failed", "error": "x"}))
+    (run / "ranks" / "rank1" / "summary.json").write_text(json.dumps({"status": "running"}))
+    folder = _launch_dir(
+        {"0": {"rank": 0, "error": "terminated by SIGTERM", "time": 2.0}},
+        agent={"failures": {"1": {"exitcode": -9, "text": "was killed by SIGKILL", "time": 1}}},
+    )
+    (folder / "run_dir").write_text(str(run))  # rank 0 claimed it and said so
+    result = conclude(folder, 1)
+    assert result.error == "rank 1 was killed by SIGKILL without recording why"
+    rank1 = json.loads((run / "ranks" / "rank1" / "summary.json").read_text())
+    assert rank1["status"] == "failed" and "killed by SIGKILL" in rank1["error"]
+    assert json.loads((run / "summary.json").read_text())["error"] == "x"  # kept
+
+
+def test_the_readme_config_example_runs_under_nproc_2(tmp_path: Path) -> None:
+    """The YAML of the README's Config section, as printed there (ddp, 2 processes, bf16,
+    4 workers, pin_memory), trains to completion on MNIST-format files, quietly."""
+    import re
+
+    import yaml
+
+    from tests.conftest import REPO_ROOT, write_mnist_dir
+
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"### Config\n.*?```yaml\n(.*?)```", readme, flags=re.S)
+    assert block is not None, "the README's Config section lost its YAML example"
+    config = yaml.safe_load(block.group(1))
+    assert config["dist"]["nproc"] == 2
+    write_mnist_dir(tmp_path / config["workload"]["data_dir"], n_train=300, n_test=60)
+    (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(config))
+    done = trainscope(tmp_path, "run", "--config", "cfg.yaml", *SHORT, "--out", "r", "-q")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "" and done.stderr == ""  # -q: errors only, every rank
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["world_size"] == 2
