@@ -50,6 +50,7 @@ HELP_MODULES = {
     "trainscope",
     "trainscope.cli",
     "trainscope.cli.commands",
+    "trainscope.cli.doctor",
     "trainscope.cli.flags",
     "trainscope.collectives",
     "trainscope.collectives.cli",

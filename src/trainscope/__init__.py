@@ -23,4 +23,11 @@ def report(*args: Any, **kwargs: Any) -> Any:
     return _report(*args, **kwargs)
 
 
-__all__ = ["__version__", "report", "run"]
+def doctor(*args: Any, **kwargs: Any) -> Any:
+    """What to fix in a run, from its record; see :func:`trainscope.api.doctor`."""
+    from trainscope.api import doctor as _doctor
+
+    return _doctor(*args, **kwargs)
+
+
+__all__ = ["__version__", "doctor", "report", "run"]

@@ -28,6 +28,7 @@ from trainscope.config import (
     load_yaml,
     merge,
 )
+from trainscope.diagnosis import diagnose
 from trainscope.errors import ConfigError
 from trainscope.launch.launcher import run_or_launch
 from trainscope.records.study_dir import is_study_dir
@@ -124,4 +125,11 @@ def report(path: str | os.PathLike[str], out: str | os.PathLike[str] | None = No
     return build_run_report(path, out)
 
 
-__all__ = ["RunResult", "report", "run", "settings_to_overrides"]
+def doctor(path: str | os.PathLike[str]) -> Any:
+    """Diagnose a run from its record (as ``trainscope doctor``): a
+    :class:`~trainscope.diagnosis.Diagnosis` whose ``findings`` are ranked, most
+    important first (``as_list()`` gives them as ``--json`` prints them)."""
+    return diagnose(path)
+
+
+__all__ = ["RunResult", "doctor", "report", "run", "settings_to_overrides"]

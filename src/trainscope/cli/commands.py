@@ -19,6 +19,7 @@ from typing import Any, NoReturn
 import yaml
 
 from trainscope import registry
+from trainscope.cli.doctor import add_parser as add_doctor_parser
 from trainscope.cli.flags import FLAG_GROUPS, RUN_FLAGS, flag_group, refuse_what_the_study_sets
 from trainscope.collectives import cli as collectives_cli
 from trainscope.config import deletion_only_from_command_line, resolve, safe_load_yaml, show
@@ -93,6 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
     p_smp.add_argument("--top-k", type=int, default=None, metavar="K", help="keep the K likeliest")
     p_smp.add_argument("--seed", type=int, default=0, metavar="N")
     p_smp.add_argument("--device", default="cpu", metavar="DEV", help="auto | cpu | cuda | cuda:N")
+
+    add_doctor_parser(sub)
 
     p_cmp = sub.add_parser(
         "compare",

@@ -1,0 +1,55 @@
+"""``trainscope doctor``: what to fix in a run, from its record (torch-free).
+
+:func:`diagnose` reads a run directory (never torch), runs every rule of
+:data:`~trainscope.diagnosis.rules.RULES` and returns the findings, most important first,
+each with its evidence, its estimated gain and the fix as a command line. A healthy run
+has none above minor. What the record could not give is listed in ``unread``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainscope.diagnosis.facts import RunFacts, read_facts
+from trainscope.diagnosis.findings import Finding, fix_command, rank
+from trainscope.diagnosis.rules import RULES
+
+
+@dataclass
+class Diagnosis:
+    """The findings on one run, most important first."""
+
+    run_dir: Path
+    status: str
+    steps: int
+    findings: list[Finding] = field(default_factory=list)
+    unread: list[str] = field(default_factory=list)
+
+    def as_list(self) -> list[dict[str, Any]]:
+        """The findings as ``--json`` prints them."""
+        return [f.as_dict() for f in self.findings]
+
+
+def diagnose(run_dir: str | Path) -> Diagnosis:
+    """Every rule's finding on ``run_dir``, ranked; a directory that is not a run is one
+    clear :class:`~trainscope.errors.TrainscopeError`."""
+    facts: RunFacts = read_facts(run_dir)
+    found = []
+    for name, rule in RULES.items():
+        finding = rule(facts)
+        if finding is not None:
+            finding.command = fix_command(facts.path, name, finding.fix)
+            found.append(finding)
+    steps = facts.summary.get("steps")
+    return Diagnosis(
+        facts.path,
+        str(facts.summary.get("status")),
+        steps if isinstance(steps, int) else 0,
+        rank(found),
+        facts.unread,
+    )
+
+
+__all__ = ["Diagnosis", "Finding", "diagnose"]

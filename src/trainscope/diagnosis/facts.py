@@ -1,0 +1,121 @@
+"""The figures a diagnosis rests on, read from a run directory only (torch-free).
+
+Every figure is a median with its spread and n, from the run's steady-state steps (the
+first ``warmup_steps`` left out, as the run's own summary does). Whatever cannot be read
+(a missing stage, a negative or non-finite time, a summary field that does not fit its
+schema) is left out and said in :attr:`RunFacts.unread`, so a damaged record gives a
+partial diagnosis that says what it could not use, never a traceback.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainscope.records.run_dir import STAGES, RecordWarning, load_run
+from trainscope.util.spread import Spread, spread
+
+STEP_STAGES = ("data_wait", "h2d", "forward", "backward", "comm", "optimizer")
+"""The stages of a training step, in order (the others are outside steps)."""
+
+
+@dataclass
+class RunFacts:
+    """What the doctor knows about one run."""
+
+    path: Path
+    summary: dict[str, Any]
+    config: dict[str, Any]
+    step_s: Spread
+    """Seconds per steady-state step (the sum of its stages)."""
+    stages: dict[str, Spread]
+    """Seconds per steady-state step spent in each step stage that was recorded."""
+    totals_s: dict[str, float]
+    """The run's seconds per stage (``stages_s``: every step, and setup, evaluation...)."""
+    wall_s: float | None
+    losses: list[tuple[int, float]]
+    """(step, loss) of every step record, in order, non-finite ones included."""
+    unread: list[str] = field(default_factory=list)
+
+    def setting(self, section: str, key: str, default: Any = None) -> Any:
+        """A value of the run's config.yaml (``default`` when it is not there)."""
+        part = self.config.get(section)
+        return part.get(key, default) if isinstance(part, dict) else default
+
+    def share(self, stage: str) -> float | None:
+        """The stage's median as a share of the median step (None when not recorded)."""
+        sp = self.stages.get(stage)
+        if sp is None or not sp.ok or not self.step_s.ok or not self.step_s.median:
+            return None
+        return float(sp.median) / float(self.step_s.median)
+
+    def wall_share(self, stage: str) -> float | None:
+        """The stage's total as a share of the run's wall time."""
+        total = self.totals_s.get(stage)
+        if total is None or not self.wall_s:
+            return None
+        return total / self.wall_s
+
+
+def _seconds(value: Any) -> float | None:
+    """A recorded duration, or None where it is not a finite number >= 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) and value >= 0 else None
+
+
+def _steady_steps(record: Any, unread: list[str]) -> list[dict[str, float]]:
+    """Each steady-state step's stage seconds (warm-up left out)."""
+    steps = [e for e in record.events("step") if isinstance(e.get("stages"), dict)]
+    steady = record.summary.get("steady_state")
+    warm = steady.get("warmup_steps") if isinstance(steady, dict) else None
+    warm = warm if isinstance(warm, int) and 0 <= warm < len(steps) else 0
+    out, bad = [], 0
+    for event in steps[warm:]:
+        stages = {k: _seconds(v) for k, v in event["stages"].items() if k in STEP_STAGES}
+        bad += sum(v is None for v in stages.values())
+        out.append({k: v for k, v in stages.items() if v is not None})
+    if bad:
+        unread.append(f"{bad} stage time(s) in metrics.jsonl that are not seconds >= 0")
+    if not out:
+        unread.append("no step records with stage times (metrics.jsonl)")
+    return out
+
+
+def _losses(record: Any) -> list[tuple[int, float]]:
+    out = []
+    for event in record.events("step"):
+        step, loss = event.get("step"), event.get("loss")
+        if isinstance(step, int) and isinstance(loss, (int, float)) and not isinstance(loss, bool):
+            out.append((step, float(loss)))
+    return out
+
+
+def read_facts(run_dir: str | Path) -> RunFacts:
+    """Read ``run_dir``'s record; a directory that is not a run is one clear
+    :class:`~trainscope.errors.TrainscopeError`."""
+    with warnings.catch_warnings():  # what is left out is listed in ``unread`` instead
+        warnings.simplefilter("ignore", RecordWarning)
+        record = load_run(run_dir)
+    unread = list(record.left_out)
+    steps = _steady_steps(record, unread)
+    stage_names = [s for s in STEP_STAGES if any(s in st for st in steps)]
+    stages = {s: spread(st.get(s, 0.0) for st in steps) for s in stage_names}
+    step_s = spread(sum(st.values()) for st in steps)
+    totals = record.summary.get("stages_s")
+    totals_s = {}
+    for name, value in totals.items() if isinstance(totals, dict) else ():
+        if name in STAGES and (seconds := _seconds(value)) is not None:
+            totals_s[name] = seconds
+    if not totals_s:
+        unread.append("the run's stage totals (summary.json stages_s)")
+    wall = _seconds(record.summary.get("wall_time_s"))
+    if wall is None:
+        unread.append("the run's wall time (summary.json wall_time_s)")
+    return RunFacts(
+        Path(run_dir), record.summary, record.config, step_s, stages, totals_s, wall,
+        _losses(record), unread,
+    )  # fmt: skip

@@ -1,0 +1,102 @@
+"""A finding of the doctor: what is wrong, the figures it rests on, what fixing it should
+gain and how that was estimated, the fix as a command line, and a severity (torch-free)."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainscope.util.numfmt import fmt_sig
+from trainscope.util.spread import Spread
+
+SEVERITIES = ("major", "moderate", "minor")
+MAJOR_SHARE = 0.25
+"""An estimated saving of at least a quarter of the step (or of the run) is major."""
+MODERATE_SHARE = 0.10
+"""At least a tenth is moderate; less is minor (within what a noisy machine moves)."""
+
+
+def severity_of(share: float | None, default: str = "moderate") -> str:
+    """The severity of a finding that would save ``share`` of the time."""
+    if share is None:
+        return default
+    return "major" if share >= MAJOR_SHARE else "moderate" if share >= MODERATE_SHARE else "minor"
+
+
+def figure(name: str, sp: Spread, unit: str = "s", scale: float = 1.0) -> str:
+    """``"data wait 1.2 ms (1.1–1.4, IQR, n=35)"``: a median with its spread and n."""
+    if not sp.ok:
+        return f"{name}: not recorded"
+    unit_text = {"s": " s", "ms": " ms", "": ""}.get(unit, f" {unit}")
+    med = fmt_sig(sp.median * scale)
+    if sp.n < 2 or sp.low is None or sp.high is None:
+        return f"{name} {med}{unit_text} (n={sp.n})"
+    low, high = fmt_sig(sp.low * scale), fmt_sig(sp.high * scale)
+    return f"{name} {med}{unit_text} ({low}–{high}, {sp.kind}, n={sp.n})"
+
+
+def ms(sp: Spread, name: str) -> str:
+    """A per-step figure in milliseconds."""
+    return figure(name, sp, "ms", 1e3)
+
+
+def pct(share: float) -> str:
+    """0.4123 -> ``"41%"``."""
+    return f"{100 * share:.0f}%"
+
+
+@dataclass
+class Finding:
+    """One thing to fix."""
+
+    rule: str
+    severity: str
+    problem: str
+    """What is wrong, in one sentence."""
+    evidence: list[str]
+    """The recorded figures it rests on, each with its spread and n."""
+    gain: str
+    """The estimated gain and how it was estimated."""
+    fix: dict[str, Any]
+    """The flags to change (``{"--num-workers": "auto"}``); empty: no flag fixes it."""
+    gain_share: float | None = None
+    """The share of the step (or run) the fix is estimated to save: the ranking key."""
+    numerics: bool = False
+    """The fix changes what is computed (lr, batch size, precision): compare the loss too."""
+    command: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The finding as ``--json`` prints it."""
+        return {
+            "rule": self.rule,
+            "severity": self.severity,
+            "problem": self.problem,
+            "evidence": list(self.evidence),
+            "estimated_gain": self.gain,
+            "estimated_share_saved": self.gain_share,
+            "fix": {k: v for k, v in self.fix.items()},
+            "fix_command": self.command,
+            "changes_numerics": self.numerics,
+            "notes": list(self.notes),
+        }
+
+
+def rank(findings: list[Finding]) -> list[Finding]:
+    """Most important first: by severity, then by the estimated saving."""
+    return sorted(
+        findings, key=lambda f: (SEVERITIES.index(f.severity), -(f.gain_share or 0.0), f.rule)
+    )
+
+
+def fix_command(run_dir: Path, rule: str, fix: dict[str, Any]) -> str:
+    """The run's own configuration with the changed flags, into a folder of its own."""
+    if not fix:
+        return ""
+    out = run_dir.parent / f"{run_dir.name}-{rule}"
+    args = ["trainscope", "run", "--config", str(run_dir / "config.yaml")]
+    for flag, value in fix.items():
+        args += [flag] if value is True else [flag, str(value)]
+    return shlex.join([*args, "--out", str(out)])

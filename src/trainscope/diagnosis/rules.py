@@ -1,0 +1,291 @@
+"""The doctor's rules: each reads recorded figures only, states its threshold, and returns
+a :class:`~trainscope.diagnosis.findings.Finding` or None (torch-free).
+
+Thresholds and where they come from are in docs/doctor.md. A rule fires only on what the
+record shows; where a gain cannot be estimated from the record, the finding says so
+instead of inventing one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from trainscope.diagnosis.facts import RunFacts
+from trainscope.diagnosis.findings import SEVERITIES, Finding, figure, ms, pct, severity_of
+from trainscope.util.spread import spread
+
+DATA_WAIT_SHARE = 0.30
+"""Data wait above this share of the step: the model waits for batches (as the profile
+study's advice, and TensorBoard's profiler plugin's 5% of the step is for GPUs that are
+far faster than the input pipeline; a CPU run waits a little at any worker count)."""
+H2D_SHARE = 0.20
+COMM_SHARE = 0.20
+EVALUATION_WALL_SHARE = 0.30
+CHECKPOINT_WALL_SHARE = 0.10
+SETUP_WALL_SHARE = 0.50
+OVERHEAD_SHARE = 0.60
+"""Less than 40% of the step in forward + backward: per-step costs dominate the compute."""
+SMALL_BATCH = 64
+FLAT_LOSS_DROP = 0.02
+"""The training loss moved by less than 2% from the first steps to the last."""
+FLAT_LOSS_MIN_STEPS = 100
+
+Rule = Callable[[RunFacts], Finding | None]
+SEVERITY_ORDER = list(reversed(SEVERITIES))
+"""minor < moderate < major: a fix that changes numerics is at most moderate."""
+
+
+def input_bound(f: RunFacts) -> Finding | None:
+    """Data wait is a large share of the step: more workers, or the in-memory loader."""
+    share = f.share("data_wait")
+    if share is None or share < DATA_WAIT_SHARE:
+        return None
+    wait, step = f.stages["data_wait"], f.step_s
+    workers = f.setting("data", "num_workers", 0)
+    loader = f.setting("data", "loader", "torch")
+    if loader == "fast":
+        fix, how = {"--set": "workload.augment=false"}, "lighter augmentation"
+    else:
+        fix, how = {"--num-workers": "auto"}, f"workers measured for this run (now {workers})"
+    after = step.median - wait.median
+    return Finding(
+        "input-bound",
+        severity_of(share),
+        f"The model waits for batches: data wait is {pct(share)} of the step "
+        f"(threshold {pct(DATA_WAIT_SHARE)}).",
+        [ms(wait, "data wait per step"), ms(step, "step")],
+        f"with the wait hidden by {how}, the step would drop from {1e3 * step.median:.3g} "
+        f"to about {1e3 * after:.3g} ms (the wait removed: an upper bound)",
+        fix,
+        gain_share=share,
+    )
+
+
+def h2d_unpinned(f: RunFacts) -> Finding | None:
+    """Copies to the GPU are a large share of the step and memory is not pinned."""
+    share = f.share("h2d")
+    on_gpu = str(f.summary.get("device", "")).startswith("cuda")
+    if not on_gpu or share is None or share < H2D_SHARE or f.setting("data", "pin_memory"):
+        return None
+    return Finding(
+        "h2d-unpinned",
+        severity_of(share / 2),
+        f"Copies to the GPU are {pct(share)} of the step from pageable memory "
+        f"(threshold {pct(H2D_SHARE)}).",
+        [ms(f.stages["h2d"], "host-to-device per step"), ms(f.step_s, "step")],
+        "pinned memory lets the copy run asynchronously; about half the copy time is the "
+        "usual saving (an estimate, not measured here)",
+        {"--pin-memory": True},
+        gain_share=share / 2,
+    )
+
+
+def evaluation_heavy(f: RunFacts) -> Finding | None:
+    """Evaluation takes a large share of the run."""
+    share = f.wall_share("evaluation")
+    if share is None or share < EVALUATION_WALL_SHARE:
+        return None
+    every = f.setting("train", "eval_every", 1)
+    every = every if isinstance(every, int) and every > 0 else 1
+    saved = share * (1 - every / (2 * every))
+    return Finding(
+        "evaluation-heavy",
+        severity_of(saved),
+        f"Evaluation is {pct(share)} of the run's wall time "
+        f"(threshold {pct(EVALUATION_WALL_SHARE)}).",
+        [f"evaluation {f.totals_s['evaluation']:.3g} s of {f.wall_s:.3g} s wall time"],
+        f"evaluating every {2 * every} epochs instead of every {every} halves it: about "
+        f"{pct(saved)} of the run",
+        {"--eval-every": 2 * every},
+        gain_share=saved,
+    )
+
+
+def checkpoint_heavy(f: RunFacts) -> Finding | None:
+    """Checkpoint writes take a large share of the run."""
+    share = f.wall_share("checkpoint")
+    every = f.setting("train", "checkpoint_every", 0)
+    if share is None or share < CHECKPOINT_WALL_SHARE or not isinstance(every, int) or every < 1:
+        return None
+    saved = share * 3 / 4
+    return Finding(
+        "checkpoint-heavy",
+        severity_of(saved),
+        f"Checkpoint writes are {pct(share)} of the run's wall time "
+        f"(threshold {pct(CHECKPOINT_WALL_SHARE)}).",
+        [f"checkpoint writes {f.totals_s['checkpoint']:.3g} s of {f.wall_s:.3g} s wall time"],
+        f"a checkpoint every {4 * every} steps instead of {every} writes a quarter as "
+        f"often: about {pct(saved)} of the run (more steps lost to a crash)",
+        {"--checkpoint-every": 4 * every},
+        gain_share=saved,
+    )
+
+
+def per_tensor_sync(f: RunFacts) -> Finding | None:
+    """One collective per gradient tensor takes a large share of the step."""
+    share = f.share("comm")
+    strategy = f.summary.get("strategy")
+    if share is None or share < COMM_SHARE or strategy not in ("allreduce", "gather-scatter"):
+        return None
+    return Finding(
+        "per-tensor-sync",
+        severity_of(share / 2),
+        f"Gradient sync is {pct(share)} of the step with one collective per tensor "
+        f"(strategy {strategy}; threshold {pct(COMM_SHARE)}).",
+        [ms(f.stages["comm"], "gradient sync per step"), ms(f.step_s, "step")],
+        "DDP sends the same bytes in 25 MiB buckets and overlaps them with backward; half "
+        "the sync time is a cautious estimate (`trainscope collectives --predict` models "
+        "it for a measured link)",
+        {"--strategy": "ddp"},
+        gain_share=share / 2,
+    )
+
+
+def overhead_bound(f: RunFacts) -> Finding | None:
+    """A small batch: forward + backward are less than half the step."""
+    fwd, bwd = f.share("forward"), f.share("backward")
+    batch = f.summary.get("local_batch_size")
+    if fwd is None or bwd is None or not isinstance(batch, int) or batch > SMALL_BATCH:
+        return None
+    overhead = 1 - fwd - bwd
+    if overhead < OVERHEAD_SHARE:
+        return None
+    return Finding(
+        "overhead-bound",
+        min(severity_of(overhead / 2), "moderate", key=SEVERITY_ORDER.index),
+        f"Forward and backward are only {pct(fwd + bwd)} of the step at batch {batch}: "
+        "per-step costs dominate the compute.",
+        [
+            ms(f.stages["forward"], "forward"),
+            ms(f.stages["backward"], "backward"),
+            ms(f.step_s, "step"),
+        ],  # fmt: skip
+        f"batch {2 * batch} halves the steps, and with them the per-step costs; up to "
+        f"{pct(overhead / 2)} of the time per sample (an estimate)",
+        {"--batch-size": 2 * batch},
+        gain_share=overhead / 2,
+        numerics=True,
+        notes=["a larger batch changes the optimisation: compare the loss at equal samples"],
+    )
+
+
+def precision_for_device(f: RunFacts) -> Finding | None:
+    """bf16/fp16 on a CPU, or fp32 on a GPU."""
+    device, precision = str(f.summary.get("device", "")), f.summary.get("precision")
+    if device == "cpu" and precision in ("bf16", "fp16"):
+        fix, why = {"--precision": "fp32"}, "CPUs without bf16 matrix units run autocast slower"
+    elif device.startswith("cuda") and precision == "fp32":
+        fix, why = {"--precision": "bf16"}, "tensor cores run bf16 matmuls several times faster"
+    else:
+        return None
+    return Finding(
+        "precision-for-device",
+        "moderate",
+        f"Precision {precision} on {device}: {why}.",
+        [ms(f.step_s, "step")],
+        "not estimated from this record: `trainscope study precision` measures it",
+        fix,
+        numerics=True,
+    )
+
+
+def diverged(f: RunFacts) -> Finding | None:
+    """The loss became non-finite."""
+    bad = [(s, loss) for s, loss in f.losses if not math.isfinite(loss)]
+    error = str(f.summary.get("error") or "")
+    if not bad and "non-finite" not in error:
+        return None
+    lr = f.summary.get("lr")
+    new_lr = f"{lr / 10:g}" if isinstance(lr, (int, float)) and lr > 0 else None
+    fix: dict[str, object] = {"--grad-clip": 1.0}
+    if new_lr:
+        fix["--lr"] = new_lr
+    where = f"at step {bad[0][0]}" if bad else "(the step is in the run's error)"
+    return Finding(
+        "diverged",
+        "major",
+        f"The loss became non-finite {where}.",
+        [f"error: {error}" if error else f"{len(bad)} step(s) with a non-finite loss"],
+        "a run that diverges learns nothing after that step",
+        fix,
+        numerics=True,
+    )
+
+
+def loss_flat(f: RunFacts) -> Finding | None:
+    """The training loss barely moved over many steps: the learning rate is far too low."""
+    finite = [loss for _, loss in f.losses if math.isfinite(loss)]
+    if len(finite) < FLAT_LOSS_MIN_STEPS or f.summary.get("status") != "completed":
+        return None
+    k = max(3, len(finite) // 10)
+    first, last = sorted(finite[:k])[k // 2], sorted(finite[-k:])[k // 2]
+    if not first or abs(first - last) / abs(first) >= FLAT_LOSS_DROP:
+        return None
+    lr = f.summary.get("lr")
+    return Finding(
+        "loss-flat",
+        "major",
+        f"The training loss moved by {100 * abs(first - last) / abs(first):.1f}% over "
+        f"{len(finite)} steps (threshold {pct(FLAT_LOSS_DROP)}).",
+        [f"median loss of the first {k} steps {first:.4g}, of the last {k} {last:.4g}"],
+        "a learning rate ten times higher lets it learn (check the loss: too high diverges)",
+        {"--lr": f"{lr * 10:g}"} if isinstance(lr, (int, float)) and lr > 0 else {},
+        numerics=True,
+    )
+
+
+def setup_heavy(f: RunFacts) -> Finding | None:
+    """Start-up dominates a short run: what the loop costs is not visible yet."""
+    share = f.wall_share("setup")
+    if share is None or share < SETUP_WALL_SHARE:
+        return None
+    return Finding(
+        "short-run",
+        "minor",
+        f"Setup is {pct(share)} of the run's wall time: the run is too short for its loop "
+        "to matter.",
+        [figure("setup", spread([f.totals_s["setup"]]))],
+        "none from the loop; profile a longer run (more --epochs) before optimising it",
+        {},
+    )
+
+
+def oversubscribed(f: RunFacts) -> Finding | None:
+    """More threads and workers than cores: every thread waits for a core."""
+    cpu = f.summary.get("cpu")
+    if not isinstance(cpu, dict) or cpu.get("oversubscribed") is not True:
+        return None
+    demand, cores = cpu.get("demand_cores"), cpu.get("cores")
+    if not isinstance(demand, (int, float)) or not isinstance(cores, int) or demand <= cores:
+        return None  # busy because of other processes: not this run's setting to fix
+    busy = cpu.get("busy_cores")
+    evidence = [f"threads and workers asked for {demand} cores on {cores}"]
+    if isinstance(busy, (int, float)):
+        evidence.append(f"cores busy during the run: {busy:.2g} (other processes included)")
+    return Finding(
+        "oversubscribed",
+        "major",
+        f"The run asked for {demand} cores on a machine with {cores}: torch's threads then "
+        "wait for each other.",
+        evidence,
+        "not estimated from this record; on a busy 2-core machine oversubscribed intra-op "
+        "threads have run 10-40x slower (README, Threads)",
+        {"--threads": "auto"},
+    )
+
+
+RULES: dict[str, Rule] = {
+    "input-bound": input_bound,
+    "h2d-unpinned": h2d_unpinned,
+    "evaluation-heavy": evaluation_heavy,
+    "checkpoint-heavy": checkpoint_heavy,
+    "per-tensor-sync": per_tensor_sync,
+    "overhead-bound": overhead_bound,
+    "precision-for-device": precision_for_device,
+    "oversubscribed": oversubscribed,
+    "diverged": diverged,
+    "loss-flat": loss_flat,
+    "short-run": setup_heavy,
+}
+"""Every rule, by name (the registry a new rule joins)."""

@@ -1,0 +1,55 @@
+"""The doctor on records that trainscope itself wrote: a run planted to be input-bound
+(its dataset sleeps per sample) is diagnosed as such; the default run is healthy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from trainscope.cli import main
+from trainscope.diagnosis import diagnose
+
+SLOW_DATA = """
+import time
+from torch.utils.data import Dataset
+from trainscope.workloads.builtin import digits
+
+class Slow(Dataset):
+    def __init__(self, inner):
+        self.inner = inner
+    def __len__(self):
+        return len(self.inner)
+    def __getitem__(self, i):
+        time.sleep(0.0005)  # a decoder that is slow against LeNet on 8x8 digits
+        return self.inner[i]
+
+def factory(cfg):
+    wl = digits(cfg, None)
+    wl.train_set = Slow(wl.train_set)
+    return wl
+"""
+
+
+@pytest.mark.slow
+def test_a_planted_input_bound_run_is_diagnosed_input_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "slowdata.py").write_text(SLOW_DATA)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "slow"
+    argv = ["run", "--workload", "slowdata:factory", "--epochs", "1",
+            "--max-steps-per-epoch", "20", "--threads", "1", "--out", str(out), "-q"]  # fmt: skip
+    assert main(argv) == 0
+    top = diagnose(out).findings[0]
+    assert top.rule == "input-bound" and top.fix == {"--num-workers": "auto"}
+
+
+@pytest.mark.slow
+def test_the_default_run_has_nothing_major(tmp_path: Path) -> None:
+    """(Stage shares move with the machine's load, so only what no load makes major is
+    asserted here; docs/doctor.md has the default run's diagnosis on a quiet machine.)"""
+    out = tmp_path / "default"
+    argv = ["run", "--epochs", "1", "--threads", "1", "--out", str(out), "-q"]
+    assert main(argv) == 0
+    assert [f.rule for f in diagnose(out).findings if f.severity == "major"] == []
