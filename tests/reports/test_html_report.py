@@ -50,6 +50,7 @@ def test_report_html_says_what_report_md_says(completed: Path) -> None:
         "Overview",
         "Where the time went",
         "Timeline",
+        "What to fix (trainscope doctor)",  # the doctor's findings on the same record
         "Where the memory went",
         "Training loss",
         "Per-epoch results",

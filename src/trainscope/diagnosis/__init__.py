@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainscope.diagnosis.facts import RunFacts, read_facts
+from trainscope.diagnosis.facts import RunFacts, facts_of, read_facts
 from trainscope.diagnosis.findings import Finding, fix_command, rank
 from trainscope.diagnosis.rules import RULES
+from trainscope.records.run_dir import RunRecord
 
 
 @dataclass
@@ -35,7 +36,16 @@ class Diagnosis:
 def diagnose(run_dir: str | Path) -> Diagnosis:
     """Every rule's finding on ``run_dir``, ranked; a directory that is not a run is one
     clear :class:`~trainscope.errors.TrainscopeError`."""
-    facts: RunFacts = read_facts(run_dir)
+    return diagnosis_of(read_facts(run_dir))
+
+
+def diagnose_record(record: RunRecord) -> Diagnosis:
+    """The same for a run record already read (the run report's "What to fix")."""
+    return diagnosis_of(facts_of(record))
+
+
+def diagnosis_of(facts: RunFacts) -> Diagnosis:
+    """Every rule's finding on ``facts``, ranked."""
     found = []
     for name, rule in RULES.items():
         finding = rule(facts)
@@ -52,4 +62,4 @@ def diagnose(run_dir: str | Path) -> Diagnosis:
     )
 
 
-__all__ = ["Diagnosis", "Finding", "diagnose"]
+__all__ = ["Diagnosis", "Finding", "diagnose", "diagnose_record"]

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainscope.records.run_dir import STAGES, RecordWarning, load_run
+from trainscope.records.run_dir import STAGES, RecordWarning, RunRecord, load_run
 from trainscope.util.spread import Spread, spread
 
 STEP_STAGES = ("data_wait", "h2d", "forward", "backward", "comm", "optimizer")
@@ -99,7 +99,12 @@ def read_facts(run_dir: str | Path) -> RunFacts:
     :class:`~trainscope.errors.TrainscopeError`."""
     with warnings.catch_warnings():  # what is left out is listed in ``unread`` instead
         warnings.simplefilter("ignore", RecordWarning)
-        record = load_run(run_dir)
+        return facts_of(load_run(run_dir))
+
+
+def facts_of(record: RunRecord) -> RunFacts:
+    """The figures of a run record already read (the run report's)."""
+    run_dir = record.path
     unread = list(record.left_out)
     steps = _steady_steps(record, unread)
     stage_names = [s for s in STEP_STAGES if any(s in st for st in steps)]

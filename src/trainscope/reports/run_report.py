@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from trainscope.records.run_dir import RunRecord, load_run
 from trainscope.reports.console import make_console, print_line, print_table, table_to_rich
 from trainscope.reports.cpu import oversubscribed_note
+from trainscope.reports.doctor_section import doctor_section
 from trainscope.reports.document import Document, escape_inline, inline_code, write_document
 from trainscope.reports.memory import memory_bars, memory_table
 from trainscope.reports.outdir import ReportFiles, default_or, report_dir
@@ -162,6 +163,8 @@ def _build_document(
             "The same timeline as a Chrome trace, one track per rank and stage: "
             f"{inline_code(trace.name)} (open it in https://ui.perfetto.dev or chrome://tracing)."
         )
+
+    doctor_section(record, doc)  # what to fix, from the same record
 
     doc.heading("Where the memory went")
     if "memory" in figures:
