@@ -316,3 +316,4 @@ for _study in (
     register_study(_study)
 
 _RECORD_ONLY["collectives"] = "trainscope.reports.study_collectives:collectives_sections"
+_RECORD_ONLY["doctor"] = "trainscope.reports.study_doctor:doctor_sections"

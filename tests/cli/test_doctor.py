@@ -96,3 +96,23 @@ def test_record_text_is_escaped_on_the_terminal(
     assert main(["doctor", str(run)]) == 0
     out = capsys.readouterr().out
     assert "\x1b" not in out and "\x07" not in out and "diverged" in out
+
+
+def test_apply_refuses_absurd_steps_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = write_run(tmp_path / "r", {**HEALTHY, "data_wait": 0.003})
+    for flags in (["--steps", "0"], ["--repeats", "1000000"]):
+        assert main(["doctor", str(run), "--apply", *flags, "--out", str(tmp_path / "s")]) == 2
+        (line,) = capsys.readouterr().err.splitlines()
+        assert line.startswith("trainscope: error: --steps must be 1..100000 and --repeats")
+    assert not (tmp_path / "s").exists()
+
+
+def test_apply_on_a_healthy_run_re_runs_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = write_run(tmp_path / "ok")
+    assert main(["doctor", str(run), "--apply", "--out", str(tmp_path / "s")]) == 0
+    assert "No finding has a fix to apply: nothing re-run." in capsys.readouterr().out
+    assert not (tmp_path / "s").exists()

@@ -53,3 +53,34 @@ def test_the_default_run_has_nothing_major(tmp_path: Path) -> None:
     argv = ["run", "--epochs", "1", "--threads", "1", "--out", str(out), "-q"]
     assert main(argv) == 0
     assert [f.rule for f in diagnose(out).findings if f.severity == "major"] == []
+
+
+@pytest.mark.slow
+def test_apply_re_measures_the_fix_as_a_study(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``doctor --apply`` on the planted input-bound run: the baseline and the fix, 12
+    steps each, alternated, recorded as a study with a report."""
+    import json
+
+    from trainscope.records.study_dir import load_study
+    from trainscope.reports.study_doctor import doctor_rows
+
+    (tmp_path / "slowdata.py").write_text(SLOW_DATA)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # the re-runs are processes of their own
+    run, study = tmp_path / "slow", tmp_path / "doctor"
+    argv = ["run", "--workload", "slowdata:factory", "--epochs", "1",
+            "--max-steps-per-epoch", "20", "--threads", "1", "--out", str(run), "-q"]  # fmt: skip
+    assert main(argv) == 0
+    argv = ["doctor", str(run), "--apply", "--steps", "12", "--repeats", "2", "--out",
+            str(study), "-q"]  # fmt: skip
+    assert main(argv) == 0
+    data = json.loads((study / "study.json").read_text())
+    assert data["kind"] == "doctor" and data["status"] == "completed"
+    rows, steps = doctor_rows(load_study(study))
+    assert [r[0] for r in rows] == ["baseline", "input-bound"]
+    assert steps["input-bound"].median < steps["baseline"].median  # workers hide the wait
+    md = (study / "report" / "report.md").read_text()
+    assert "## The doctor's fixes, re-measured" in md
+    assert "Best proven: input-bound" in md or "No fix is faster" in md

@@ -330,7 +330,9 @@ def cmd_study(args: argparse.Namespace) -> int:
     if args.dry_run:
         _print_plan(plan)
         return 0
-    out = args.out or _default_study_out(args.study)
+    from trainscope.records.study_dir import default_study_out
+
+    out = args.out or default_study_out(args.study)
 
     def say(text: str) -> None:
         if not args.quiet:  # run names and errors are record text: shown, never obeyed
@@ -393,15 +395,6 @@ def _print_plan(plan: Any) -> None:
             budget = plan.options.get("core_budget")
             state += f"  (not within the core budget of {budget}: compared in no finding)"
         print(terminal_text(f"  {r.id}: {what}{state}"))
-
-
-def _default_study_out(name: str) -> str:
-    from datetime import datetime, timezone
-
-    from trainscope.records.run_dir import output_root
-
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    return str(output_root() / "studies" / f"{name}-{stamp}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

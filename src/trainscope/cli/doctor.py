@@ -28,6 +28,16 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("--json", action="store_true", help="the findings as a JSON list")
+    p.add_argument(
+        "--apply",
+        action="store_true",
+        help="re-run the baseline and each fix for --steps steps, alternated, --repeats "
+        "times each (a study: resumable, with a report), and name the best proven fix",
+    )
+    p.add_argument("--steps", type=int, default=30, help="steps per re-run (default 30)")
+    p.add_argument("--repeats", type=int, default=3, help="repeats of each (default 3)")
+    p.add_argument("--out", metavar="DIR", help="the study's folder (default runs/studies/)")
+    p.add_argument("--quiet", "-q", action="store_true", help="print errors only")
     p.set_defaults(handler=cmd_doctor)
 
 
@@ -56,9 +66,53 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from trainscope.diagnosis import diagnose
 
     diagnosis = diagnose(args.run_dir)
+    if args.apply:
+        return _apply(args, diagnosis)
     if args.json:
         json.dump(diagnosis.as_list(), sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
     else:
         print("\n".join(_lines(diagnosis)))
+    return 0
+
+
+MAX_STEPS = 100_000
+MAX_REPEATS = 100
+
+
+def _apply(args: argparse.Namespace, diagnosis: Any) -> int:
+    """Re-measure the fixes as a study, then report it."""
+    import functools
+
+    from trainscope.config import from_dict
+    from trainscope.errors import ConfigError
+    from trainscope.launch.launcher import run_any
+    from trainscope.records.study_dir import default_study_out
+    from trainscope.reports.study_report import build_study_report, print_study_report
+    from trainscope.runtime.device import resolve_device
+    from trainscope.studies.base import execute
+    from trainscope.studies.doctor import base_config, plan_apply
+
+    if not 1 <= args.steps <= MAX_STEPS or not 1 <= args.repeats <= MAX_REPEATS:
+        raise ConfigError(
+            f"--steps must be 1..{MAX_STEPS} and --repeats 1..{MAX_REPEATS}, got "
+            f"{args.steps} and {args.repeats}"
+        )
+    if not any(f.fix for f in diagnosis.findings):
+        print(_lines(diagnosis)[0] + "\nNo finding has a fix to apply: nothing re-run.")
+        return 0
+    cfg = base_config(diagnosis.run_dir, args.steps)
+    device = resolve_device(from_dict(cfg).runtime.device)
+    plan = plan_apply(diagnosis, device, steps=args.steps, repeats=args.repeats)
+    plan.options["execution"] = "process per run"  # each fix's memory and start-up its own
+    out = args.out or default_study_out("doctor")
+
+    def say(text: str) -> None:
+        if not args.quiet:
+            print(terminal_text(text), file=sys.stderr)
+
+    execute(plan, out, say=say, run_fn=functools.partial(run_any, fresh_process=True))
+    report = build_study_report(out)
+    if not args.quiet:
+        print_study_report(report)  # the table, the best proven fix, the report's files
     return 0

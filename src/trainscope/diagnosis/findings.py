@@ -91,12 +91,59 @@ def rank(findings: list[Finding]) -> list[Finding]:
     )
 
 
+# The config key each fix flag sets (what ``doctor --apply`` changes in the run's config).
+FLAG_KEYS = {
+    "--num-workers": "data.num_workers",
+    "--pin-memory": "data.pin_memory",
+    "--batch-size": "data.batch_size",
+    "--eval-every": "train.eval_every",
+    "--checkpoint-every": "train.checkpoint_every",
+    "--lr": "train.lr",
+    "--grad-clip": "train.grad_clip",
+    "--strategy": "dist.strategy",
+    "--precision": "runtime.precision",
+    "--threads": "runtime.threads",
+}
+
+
+def _value(text: Any) -> Any:
+    """A flag's value as the config holds it ("0.002" -> 0.002, "false" -> False)."""
+    if not isinstance(text, str):
+        return text
+    if text in ("true", "false"):
+        return text == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def overrides_of(fix: dict[str, Any]) -> dict[str, Any]:
+    """The dotted config overrides a fix's flags stand for."""
+    out: dict[str, Any] = {}
+    for flag, value in fix.items():
+        if flag == "--set":
+            key, _, text = str(value).partition("=")
+            out[key] = _value(text)
+        else:
+            out[FLAG_KEYS[flag]] = _value(value)
+    return out
+
+
 def fix_command(run_dir: Path, rule: str, fix: dict[str, Any]) -> str:
     """The run's own configuration with the changed flags, into a folder of its own."""
     if not fix:
         return ""
     out = run_dir.parent / f"{run_dir.name}-{rule}"
-    args = ["trainscope", "run", "--config", str(run_dir / "config.yaml")]
+    args = ["trainscope", "run", "--config", str(run_dir / "config.yaml"), *fix_flags(fix)]
+    return shlex.join([*args, "--out", str(out)])
+
+
+def fix_flags(fix: dict[str, Any]) -> list[str]:
+    """A fix as command-line arguments (``--pin-memory``, ``--num-workers auto``)."""
+    args: list[str] = []
     for flag, value in fix.items():
         args += [flag] if value is True else [flag, str(value)]
-    return shlex.join([*args, "--out", str(out)])
+    return args

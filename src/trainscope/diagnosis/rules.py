@@ -64,22 +64,51 @@ def input_bound(f: RunFacts) -> Finding | None:
     )
 
 
+def _half_of_stage(
+    f: RunFacts, rule: str, stage: str, label: str, problem: str, gain: str, fix: dict
+) -> Finding:
+    """A step stage the fix is credited with halving (an estimate, said so in ``gain``)."""
+    share = f.share(stage) or 0.0
+    return Finding(
+        rule,
+        severity_of(share / 2),
+        problem,
+        [ms(f.stages[stage], label), ms(f.step_s, "step")],
+        gain,
+        fix,
+        gain_share=share / 2,
+    )
+
+
 def h2d_unpinned(f: RunFacts) -> Finding | None:
     """Copies to the GPU are a large share of the step and memory is not pinned."""
     share = f.share("h2d")
     on_gpu = str(f.summary.get("device", "")).startswith("cuda")
     if not on_gpu or share is None or share < H2D_SHARE or f.setting("data", "pin_memory"):
         return None
+    problem = (f"Copies to the GPU are {pct(share)} of the step from pageable memory "
+               f"(threshold {pct(H2D_SHARE)}).")  # fmt: skip
+    gain = ("pinned memory lets the copy run asynchronously; about half the copy time is "
+            "the usual saving (an estimate, not measured here)")  # fmt: skip
+    return _half_of_stage(f, "h2d-unpinned", "h2d", "host-to-device per step", problem, gain,
+                          {"--pin-memory": True})  # fmt: skip
+
+
+def _wall_heavy(
+    f: RunFacts, rule: str, stage: str, what: str, kept: float, change: str, fix: dict
+) -> Finding:
+    """A stage outside the steps that takes a large share of the run: doing it less often
+    keeps ``kept`` of its time."""
+    share = f.wall_share(stage) or 0.0
+    saved = share * (1 - kept)
     return Finding(
-        "h2d-unpinned",
-        severity_of(share / 2),
-        f"Copies to the GPU are {pct(share)} of the step from pageable memory "
-        f"(threshold {pct(H2D_SHARE)}).",
-        [ms(f.stages["h2d"], "host-to-device per step"), ms(f.step_s, "step")],
-        "pinned memory lets the copy run asynchronously; about half the copy time is the "
-        "usual saving (an estimate, not measured here)",
-        {"--pin-memory": True},
-        gain_share=share / 2,
+        rule,
+        severity_of(saved),
+        f"{what} take {pct(share)} of the run's wall time.",
+        [f"{what.lower()} {f.totals_s[stage]:.3g} s of {f.wall_s:.3g} s wall time"],
+        f"{change}: about {pct(saved)} of the run",
+        fix,
+        gain_share=saved,
     )
 
 
@@ -90,18 +119,9 @@ def evaluation_heavy(f: RunFacts) -> Finding | None:
         return None
     every = f.setting("train", "eval_every", 1)
     every = every if isinstance(every, int) and every > 0 else 1
-    saved = share * (1 - every / (2 * every))
-    return Finding(
-        "evaluation-heavy",
-        severity_of(saved),
-        f"Evaluation is {pct(share)} of the run's wall time "
-        f"(threshold {pct(EVALUATION_WALL_SHARE)}).",
-        [f"evaluation {f.totals_s['evaluation']:.3g} s of {f.wall_s:.3g} s wall time"],
-        f"evaluating every {2 * every} epochs instead of every {every} halves it: about "
-        f"{pct(saved)} of the run",
-        {"--eval-every": 2 * every},
-        gain_share=saved,
-    )
+    change = f"evaluating every {2 * every} epochs instead of every {every} halves them"
+    return _wall_heavy(f, "evaluation-heavy", "evaluation", "Evaluations", 0.5, change,
+                       {"--eval-every": 2 * every})  # fmt: skip
 
 
 def checkpoint_heavy(f: RunFacts) -> Finding | None:
@@ -110,18 +130,10 @@ def checkpoint_heavy(f: RunFacts) -> Finding | None:
     every = f.setting("train", "checkpoint_every", 0)
     if share is None or share < CHECKPOINT_WALL_SHARE or not isinstance(every, int) or every < 1:
         return None
-    saved = share * 3 / 4
-    return Finding(
-        "checkpoint-heavy",
-        severity_of(saved),
-        f"Checkpoint writes are {pct(share)} of the run's wall time "
-        f"(threshold {pct(CHECKPOINT_WALL_SHARE)}).",
-        [f"checkpoint writes {f.totals_s['checkpoint']:.3g} s of {f.wall_s:.3g} s wall time"],
-        f"a checkpoint every {4 * every} steps instead of {every} writes a quarter as "
-        f"often: about {pct(saved)} of the run (more steps lost to a crash)",
-        {"--checkpoint-every": 4 * every},
-        gain_share=saved,
-    )
+    change = (f"a checkpoint every {4 * every} steps instead of {every} writes a quarter as "
+              "often (more steps lost to a crash)")  # fmt: skip
+    return _wall_heavy(f, "checkpoint-heavy", "checkpoint", "Checkpoint writes", 0.25, change,
+                       {"--checkpoint-every": 4 * every})  # fmt: skip
 
 
 def per_tensor_sync(f: RunFacts) -> Finding | None:
@@ -130,18 +142,13 @@ def per_tensor_sync(f: RunFacts) -> Finding | None:
     strategy = f.summary.get("strategy")
     if share is None or share < COMM_SHARE or strategy not in ("allreduce", "gather-scatter"):
         return None
-    return Finding(
-        "per-tensor-sync",
-        severity_of(share / 2),
-        f"Gradient sync is {pct(share)} of the step with one collective per tensor "
-        f"(strategy {strategy}; threshold {pct(COMM_SHARE)}).",
-        [ms(f.stages["comm"], "gradient sync per step"), ms(f.step_s, "step")],
-        "DDP sends the same bytes in 25 MiB buckets and overlaps them with backward; half "
-        "the sync time is a cautious estimate (`trainscope collectives --predict` models "
-        "it for a measured link)",
-        {"--strategy": "ddp"},
-        gain_share=share / 2,
-    )
+    problem = (f"Gradient sync is {pct(share)} of the step with one collective per tensor "
+               f"(strategy {strategy}; threshold {pct(COMM_SHARE)}).")  # fmt: skip
+    gain = ("DDP sends the same bytes in 25 MiB buckets and overlaps them with backward; "
+            "half the sync time is a cautious estimate (`trainscope collectives --predict` "
+            "models it for a measured link)")  # fmt: skip
+    return _half_of_stage(f, "per-tensor-sync", "comm", "gradient sync per step", problem,
+                          gain, {"--strategy": "ddp"})  # fmt: skip
 
 
 def overhead_bound(f: RunFacts) -> Finding | None:

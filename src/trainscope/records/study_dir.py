@@ -16,13 +16,14 @@ import os
 import re
 import warnings
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from trainscope.errors import RecordError, TrainscopeError
 from trainscope.records.jsonio import atomic_write_json, read_json_object
 from trainscope.records.record_specs import STUDY
-from trainscope.records.run_dir import RecordWarning, RunRecord, load_run
+from trainscope.records.run_dir import RecordWarning, RunRecord, load_run, output_root
 from trainscope.records.schema import check
 
 STUDY_FILE = "study.json"
@@ -231,3 +232,9 @@ def load_study(path: str | os.PathLike[str]) -> StudyRecord:
     return StudyRecord(
         path=study_dir, plan=plan, status=str(data.get("status")), meta=meta, records=records
     )
+
+
+def default_study_out(name: str) -> str:
+    """A new study folder under the runs root: ``studies/NAME-<time>``."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return str(output_root() / "studies" / f"{name}-{stamp}")

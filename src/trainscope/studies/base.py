@@ -391,6 +391,8 @@ def finish_plan(
     options: dict[str, Any],
     runs: list[PlannedRun],
     warmup: bool,
+    *,
+    equal_cores: bool = True,
 ) -> StudyPlan:
     """Add the warm-up run (if wanted) and check configuration names are unique and valid."""
     applicable = [r for r in runs if r.applicable]
@@ -399,8 +401,8 @@ def finish_plan(
     ids = [r.id for r in runs]
     if len(set(ids)) != len(ids):
         raise AssertionError(f"duplicate run ids in study {kind}")  # a bug in a planner
-    budget = share_core_budget(base_config, runs)
-    options = {**options, "core_budget": budget}
+    if equal_cores:  # (the doctor measures the run's own threads against a fix of them)
+        options = {**options, "core_budget": share_core_budget(base_config, runs)}
     # Validate every configuration before the first run starts, not halfway through.
     for r in applicable:
         if r.repeat == 1:

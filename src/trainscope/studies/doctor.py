@@ -1,0 +1,75 @@
+"""``trainscope doctor RUN_DIR --apply``: the baseline and each proposed fix re-run for the
+same number of steps, alternated, as a study (resumable, with a report).
+
+The base configuration is the run's own ``config.yaml`` cut to one epoch of ``steps``
+steps (no weights saved, no tracking). Each finding with a fix is one configuration; with
+two or more, ``all-fixes`` applies every fix that does not change numerics at once. Repeats
+alternate baseline, fix, fix..., baseline, fix...: a slow spell of the machine hits every
+configuration alike.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from trainscope.config import resolve
+from trainscope.diagnosis import Diagnosis
+from trainscope.diagnosis.findings import fix_flags, overrides_of
+from trainscope.errors import TrainscopeError
+from trainscope.records.study_dir import PlannedRun, StudyPlan
+from trainscope.studies.base import finish_plan, plan_options, repeats_of
+
+BASELINE = "baseline"
+ALL_FIXES = "all-fixes"
+
+
+def base_config(run_dir: Path, steps: int) -> dict[str, Any]:
+    """The run's configuration, cut to ``steps`` steps of one epoch."""
+    cfg = resolve(str(run_dir / "config.yaml"), {}).to_dict()
+    cfg["out"] = None
+    cfg["resume"] = cfg["overwrite"] = False
+    cfg["train"].update(epochs=1, max_steps_per_epoch=steps, save_weights=False)
+    cfg["runtime"]["track"] = []
+    return cfg
+
+
+def configurations(diagnosis: Diagnosis) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """(name, labels, overrides) of the baseline, each fix, and all speed fixes together."""
+    out = [(BASELINE, {"fix": "none (the run as it was)", "flags": [], "numerics": False}, {})]
+    speed: dict[str, Any] = {}
+    speed_flags: list[str] = []
+    for f in diagnosis.findings:
+        if not f.fix:
+            continue
+        flags = fix_flags(f.fix)
+        labels = {"fix": " ".join(flags), "flags": flags, "rule": f.rule, "numerics": f.numerics}
+        out.append((f.rule, labels, overrides_of(f.fix)))
+        if not f.numerics:
+            speed.update(overrides_of(f.fix))
+            speed_flags += flags
+    if sum(1 for _, labels, _ in out[1:] if not labels["numerics"]) >= 2:
+        labels = {"fix": "every fix that keeps numerics", "flags": speed_flags, "numerics": False}
+        out.append((ALL_FIXES, labels, speed))
+    return out
+
+
+def plan_apply(
+    diagnosis: Diagnosis, device: Any, *, steps: int = 30, repeats: int = 3
+) -> StudyPlan:
+    """The study that re-measures ``diagnosis``'s fixes (see the module's docstring)."""
+    configs = configurations(diagnosis)
+    if len(configs) < 2:
+        raise TrainscopeError(f"{diagnosis.run_dir}: nothing to apply (no finding has a fix)")
+    per_config = {
+        name: repeats_of(name, repeats, labels=labels, overrides=overrides)
+        for name, labels, overrides in configs
+    }
+    runs: list[PlannedRun] = [per_config[name][k] for k in range(repeats) for name in per_config]
+    options = plan_options(
+        repeats, True, device, run_dir=str(diagnosis.run_dir), steps=steps,
+        findings=diagnosis.as_list(),
+    )  # fmt: skip
+    base = base_config(diagnosis.run_dir, steps)
+    # The run's own threads, not a shared budget: a fix may be about the threads.
+    return finish_plan("doctor", base, options, runs, True, equal_cores=False)

@@ -1,0 +1,50 @@
+"""The plan of ``trainscope doctor --apply``: the baseline and each fix, repeats
+alternated, the run's own configuration cut to the asked steps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.diagnosis.test_rules import HEALTHY, write_run
+from trainscope.diagnosis import diagnose
+from trainscope.errors import TrainscopeError
+from trainscope.studies.doctor import ALL_FIXES, BASELINE, plan_apply
+
+CPU = torch.device("cpu")
+
+
+def test_baseline_and_fixes_alternate(tmp_path: Path) -> None:
+    stages = {**HEALTHY, "data_wait": 0.003}
+    run = write_run(tmp_path / "r", stages, summary={"cpu": {
+        "oversubscribed": True, "cores": 2, "demand_cores": 6}})  # fmt: skip
+    plan = plan_apply(diagnose(run), CPU, steps=12, repeats=2)
+    measured = [r.id for r in plan.runs if not r.warmup]
+    configs = [BASELINE, "input-bound", "oversubscribed", ALL_FIXES]  # ranked as found
+    assert measured == [f"{c}/r{k}" for k in (1, 2) for c in configs]
+    by_config = {r.config: r for r in plan.runs}
+    assert by_config["input-bound"].overrides == {"data.num_workers": "auto"}
+    assert by_config[ALL_FIXES].overrides["data.num_workers"] == "auto"
+    assert by_config[ALL_FIXES].overrides["runtime.threads"] == "auto"
+    assert plan.base_config["train"]["max_steps_per_epoch"] == 12
+    assert plan.base_config["train"]["epochs"] == 1
+    assert plan.base_config["data"]["num_workers"] == 0  # the run's own setting
+    assert plan.options["steps"] == 12 and plan.options["run_dir"] == str(run)
+    assert "runtime.threads" not in by_config[BASELINE].overrides  # the run's own threads
+
+
+def test_fixes_that_change_numerics_stay_out_of_all_fixes(tmp_path: Path) -> None:
+    stages = {**HEALTHY, "data_wait": 0.003, "optimizer": 0.004}
+    run = write_run(tmp_path / "r", stages, summary={"local_batch_size": 16})
+    plan = plan_apply(diagnose(run), CPU, steps=5, repeats=1)
+    configs = {r.config for r in plan.runs}
+    assert configs == {BASELINE, "input-bound", "overhead-bound"}  # one speed fix: no combo
+    overhead = next(r for r in plan.runs if r.config == "overhead-bound")
+    assert overhead.labels["numerics"] is True and overhead.overrides == {"data.batch_size": 32}
+
+
+def test_a_healthy_run_plans_nothing_to_apply(tmp_path: Path) -> None:
+    with pytest.raises(TrainscopeError, match="nothing to apply"):
+        plan_apply(diagnose(write_run(tmp_path / "ok")), CPU, steps=5, repeats=1)
