@@ -171,3 +171,20 @@ def test_every_rule_is_silent_on_the_healthy_run(tmp_path: Path, name: str) -> N
     from trainscope.diagnosis.facts import read_facts
 
     assert RULES[name](read_facts(write_run(tmp_path / "ok"))) is None
+
+
+def test_compile_recompiling_during_training(tmp_path: Path) -> None:
+    compiled = {"units": "whole model", "seconds": 1.0, "graphs": 2, "recompiled_later": 1}
+    (f,) = diagnose(write_run(tmp_path / "r", summary={"compile": compiled})).findings
+    assert f.rule == "compile-recompiles" and f.fix == {"--drop-last": True}
+    steady = {**compiled, "recompiled_later": 0}
+    assert rules_fired(write_run(tmp_path / "s", summary={"compile": steady})) == []
+
+
+def test_compile_not_paid_back_is_judged_on_wall_time(tmp_path: Path) -> None:
+    step = sum(HEALTHY.values()) * 40
+    run = write_run(tmp_path / "c", totals={"compile": 2 * step, "setup": 0.0})
+    (f,) = diagnose(run).findings
+    assert f.rule == "compile-unpaid" and f.fix == {"--set": "runtime.compile=false"}
+    assert f.measure == "wall" and f.as_dict()["measured_by"] == "wall"
+    assert rules_fired(write_run(tmp_path / "ok", totals={"compile": 0.01 * step})) == []

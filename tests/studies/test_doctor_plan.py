@@ -48,3 +48,12 @@ def test_fixes_that_change_numerics_stay_out_of_all_fixes(tmp_path: Path) -> Non
 def test_a_healthy_run_plans_nothing_to_apply(tmp_path: Path) -> None:
     with pytest.raises(TrainscopeError, match="nothing to apply"):
         plan_apply(diagnose(write_run(tmp_path / "ok")), CPU, steps=5, repeats=1)
+
+
+def test_each_fix_says_what_it_saves(tmp_path: Path) -> None:
+    step = sum(HEALTHY.values()) * 40
+    run = write_run(tmp_path / "r", {**HEALTHY, "data_wait": 0.003},
+                    totals={"evaluation": 3 * step, "setup": 0.0})  # fmt: skip
+    plan = plan_apply(diagnose(run), CPU, steps=5, repeats=1)
+    measure = {r.config: r.labels.get("measure") for r in plan.runs if r.config != BASELINE}
+    assert measure == {"input-bound": "step", "evaluation-heavy": "wall", ALL_FIXES: "wall"}

@@ -67,6 +67,9 @@ class Finding:
     """The fix changes what is computed (lr, batch size, precision): compare the loss too."""
     command: str = ""
     notes: list[str] = field(default_factory=list)
+    measure: str = "step"
+    """What the fix saves, and so what ``--apply`` compares: ``step`` (steady-state step
+    time) or ``wall`` (the run's wall time: evaluation, checkpoints, compile)."""
 
     def as_dict(self) -> dict[str, Any]:
         """The finding as ``--json`` prints it."""
@@ -80,6 +83,7 @@ class Finding:
             "fix": {k: v for k, v in self.fix.items()},
             "fix_command": self.command,
             "changes_numerics": self.numerics,
+            "measured_by": self.measure,
             "notes": list(self.notes),
         }
 
@@ -94,6 +98,7 @@ def rank(findings: list[Finding]) -> list[Finding]:
 # The config key each fix flag sets (what ``doctor --apply`` changes in the run's config).
 FLAG_KEYS = {
     "--num-workers": "data.num_workers",
+    "--drop-last": "data.drop_last",
     "--pin-memory": "data.pin_memory",
     "--batch-size": "data.batch_size",
     "--eval-every": "train.eval_every",

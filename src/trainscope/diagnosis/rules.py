@@ -24,6 +24,8 @@ COMM_SHARE = 0.20
 EVALUATION_WALL_SHARE = 0.30
 CHECKPOINT_WALL_SHARE = 0.10
 SETUP_WALL_SHARE = 0.50
+COMPILE_WALL_SHARE = 0.25
+"""A compile that is a quarter of the run: a run this short rarely wins it back."""
 OVERHEAD_SHARE = 0.40
 """The optimizer step and the gradient sync (paid once per step, whatever the batch) over
 40% of the step: a larger batch would pay them less often per sample."""
@@ -109,6 +111,7 @@ def _wall_heavy(
         f"{change}: about {pct(saved)} of the run",
         fix,
         gain_share=saved,
+        measure="wall",
     )
 
 
@@ -282,6 +285,46 @@ def oversubscribed(f: RunFacts) -> Finding | None:
     )
 
 
+def compile_recompiles(f: RunFacts) -> Finding | None:
+    """torch.compile compiled new graphs during training (inside the step times)."""
+    compiled = f.summary.get("compile")
+    later = compiled.get("recompiled_later") if isinstance(compiled, dict) else None
+    if not isinstance(later, int) or isinstance(later, bool) or later < 1:
+        return None
+    partial = not f.setting("data", "drop_last", False)
+    return Finding(
+        "compile-recompiles",
+        "moderate",
+        f"torch.compile compiled {later} graph(s) after its warm-up, inside the training "
+        "steps: a new input shape (often the epoch's last, smaller batch) recompiles.",
+        [f"graphs at the warm-up {compiled.get('graphs')}, compiled later {later}"],
+        "not estimated from this record (each recompilation is one slow step); --apply measures it",
+        {"--drop-last": True} if partial else {},
+    )
+
+
+def compile_unpaid(f: RunFacts) -> Finding | None:
+    """The compile took a large share of a run too short to pay it back."""
+    share = f.wall_share("compile")
+    if share is None or share < COMPILE_WALL_SHARE:
+        return None
+    return Finding(
+        "compile-unpaid",
+        severity_of(share),
+        f"Compiling took {pct(share)} of the run's wall time (threshold "
+        f"{pct(COMPILE_WALL_SHARE)}): the run is too short for faster steps to pay it back.",
+        [
+            f"compile {f.totals_s['compile']:.3g} s of {f.wall_s:.3g} s wall time",
+            ms(f.step_s, "compiled step"),
+        ],  # fmt: skip
+        f"without --compile the run saves the compile ({pct(share)} of it, an upper bound: "
+        "its steps may be slower eagerly)",
+        {"--set": "runtime.compile=false"},
+        gain_share=share,
+        measure="wall",
+    )
+
+
 RULES: dict[str, Rule] = {
     "input-bound": input_bound,
     "h2d-unpinned": h2d_unpinned,
@@ -294,5 +337,7 @@ RULES: dict[str, Rule] = {
     "diverged": diverged,
     "loss-flat": loss_flat,
     "short-run": setup_heavy,
+    "compile-recompiles": compile_recompiles,
+    "compile-unpaid": compile_unpaid,
 }
 """Every rule, by name (the registry a new rule joins)."""
