@@ -141,6 +141,12 @@ class Quality:
     """What it is, for a table's caption (accuracies need none)."""
 
 
+def step_ms(summary: dict[str, Any]) -> float | None:
+    """A run's steady-state step time (median over its steps after warm-up), in ms."""
+    step = ((summary.get("steady_state") or {}).get("step_s") or {}).get("median")
+    return 1e3 * step if isinstance(step, (int, float)) else None
+
+
 def _last_epoch(summary: dict[str, Any]) -> dict[str, Any]:
     return (summary.get("epochs") or [{}])[-1] or {}
 

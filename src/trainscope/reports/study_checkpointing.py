@@ -10,17 +10,18 @@ from trainscope.reports.document import Document, escape_inline
 from trainscope.reports.memory import cuda_peak, memory_of
 from trainscope.reports.plots import new_figure, plain_text_figure
 from trainscope.reports.section import Section
-from trainscope.reports.stats import SPREAD_NOTE, compare_text, count_text, fmt_sig, fmt_spread
+from trainscope.reports.stats import (
+    SPREAD_NOTE,
+    compare_text,
+    count_text,
+    fmt_sig,
+    fmt_spread,
+    step_ms,
+)
 from trainscope.reports.study_plots import write_figure
 from trainscope.reports.tables import Table, fmt_bytes
 from trainscope.util.spread import Spread, spread
 from trainscope.util.textsafe import plot_text
-
-
-def _step_ms(summary: dict[str, Any]) -> float | None:
-    """A run's steady-state step time (median over its steps after warm-up), in ms."""
-    step = ((summary.get("steady_state") or {}).get("step_s") or {}).get("median")
-    return 1e3 * step if isinstance(step, (int, float)) else None
 
 
 def _loss_gap(a: list[Any], b: list[Any]) -> float | None:
@@ -72,7 +73,7 @@ def checkpointing_sections(study: StudyRecord, doc: Document, plots: Path) -> Se
         st = {
             "act": spread(memory_of(s).get("activations_bytes") for s in summ),
             "states": spread(memory_of(s).get("model_states_bytes") for s in summ),
-            "step": spread(_step_ms(s) for s in summ),
+            "step": spread(step_ms(s) for s in summ),
             "peak": spread(s.get("peak_memory_bytes") for s in summ),
         }
         stats[name] = st

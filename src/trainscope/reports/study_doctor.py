@@ -11,16 +11,11 @@ from typing import Any
 from trainscope.records.study_dir import StudyRecord
 from trainscope.reports.document import Document, escape_inline, inline_code
 from trainscope.reports.section import Section, each_config
-from trainscope.reports.stats import fmt_spread
+from trainscope.reports.stats import fmt_spread, step_ms
 from trainscope.reports.tables import MISSING, Table, fmt_bytes
 from trainscope.util.spread import Spread, differ, no_difference_text, spread
 
 BASELINE = "baseline"  # the name studies.doctor gives the run as it was
-
-
-def _step_ms(summary: dict[str, Any]) -> float | None:
-    step = ((summary.get("steady_state") or {}).get("step_s") or {}).get("median")
-    return 1e3 * step if isinstance(step, (int, float)) else None
 
 
 def _loss(summary: dict[str, Any]) -> float | None:
@@ -53,7 +48,7 @@ def doctor_rows(study: StudyRecord) -> tuple[list[list[object]], dict[str, Sprea
     """One row per configuration, and each one's figure on what its fix saves (step ms or
     wall s; the baseline's under both names, ``baseline`` and ``baseline/wall``)."""
     configs = each_config(study, "")
-    step = {c.name: spread(_step_ms(r.summary) for r in c.runs) for c in configs}
+    step = {c.name: spread(step_ms(r.summary) for r in c.runs) for c in configs}
     wall = {c.name: spread(_wall_s(r.summary) for r in c.runs) for c in configs}
     judged = {c.name: (wall if measured(c) == "wall" else step)[c.name] for c in configs}
     judged[f"{BASELINE}/wall"] = wall.get(BASELINE, spread([]))
