@@ -12,6 +12,7 @@ import yaml
 from tests.conftest import raises_within_memory
 from trainscope.config import (
     DataConfig,
+    DistConfig,
     RunConfig,
     RuntimeConfig,
     TrainConfig,
@@ -79,6 +80,12 @@ INVALID: list[tuple[dict[str, Any], str]] = [
     ({"train": {"epochs": 0}}, r"epochs must be a positive integer, got 0"),
     ({"train": {"max_steps_per_epoch": 0}}, r"max_steps_per_epoch must be a positive integer"),
     ({"train": {"optimizer": "lamb"}}, r"unknown optimizer 'lamb'.*sgd, adam, adamw"),
+    (
+        {"train": {"optimizer_impl": "fast"}},
+        r"^unknown optimizer_impl 'fast': choose one of auto, for-loop, foreach, fused$",
+    ),
+    ({"train": {"optimizer_impl": "Fused"}}, r"unknown optimizer_impl 'Fused'"),
+    ({"train": {"optimizer_impl": 1}}, r"train\.optimizer_impl must be a string, got 1"),
     ({"train": {"lr": 0}}, r"lr must be a finite number > 0, got 0"),
     ({"train": {"lr": -0.1}}, r"lr must be a finite number > 0, got -0.1"),
     ({"train": {"lr": float("nan")}}, r"lr must be a finite number > 0, got nan"),
@@ -286,7 +293,9 @@ def _non_default_config() -> RunConfig:
             options={"width": 8},
         ),
         data=DataConfig(batch_size=7, num_workers=2, prefetch_factor=3, drop_last=True),
-        train=TrainConfig(epochs=2, max_steps_per_epoch=5, optimizer="adam", lr=1e-3),
+        train=TrainConfig(
+            epochs=2, max_steps_per_epoch=5, optimizer="adam", lr=1e-3, optimizer_impl="fused"
+        ),
         runtime=RuntimeConfig(device="cpu", precision="bf16", timing="exact", progress=False),
         out="runs/a",
         overwrite=True,
@@ -632,3 +641,34 @@ def test_a_runs_config_yaml_is_its_saved_config(tmp_path: Path) -> None:
     run(cfg)
     saved = yaml.safe_load((tmp_path / "r" / "config.yaml").read_text(encoding="utf-8"))
     assert saved == cfg.saved_dict() and "num_classes" not in saved["workload"]
+
+
+# ------------------------------------------------------------ optimizer impl, DDP buckets
+
+
+@pytest.mark.parametrize("impl", ["auto", "for-loop", "foreach", "fused"])
+def test_optimizer_impl_values_and_the_set_override(impl: str) -> None:
+    assert TrainConfig().optimizer_impl == "auto"  # torch's own choice, as before
+    assert resolve(None, {"train.optimizer_impl": impl}).train.optimizer_impl == impl
+    cfg = RunConfig(train=TrainConfig(optimizer_impl=impl))
+    assert from_dict(cfg.saved_dict()).train.optimizer_impl == impl  # config.yaml keeps it
+
+
+def test_optimizer_impl_flag_and_set_give_the_same_key() -> None:
+    assert _cli_overrides("--optimizer-impl", "foreach") == {"train.optimizer_impl": "foreach"}
+    assert _cli_overrides("--set", "train.optimizer_impl=for-loop") == {
+        "train.optimizer_impl": "for-loop"
+    }
+
+
+def test_bucket_mb_is_taken_by_ddp_and_allreduce_only() -> None:
+    for strategy in ("ddp", "allreduce"):
+        cfg = from_dict({"dist": {"strategy": strategy, "nproc": 2, "bucket_mb": 4}})
+        assert cfg.dist.bucket_mb == 4
+    assert DistConfig(strategy="ddp").bucket_mb is None  # DDP's own default buckets
+    for strategy in ("single", "fsdp"):
+        with pytest.raises(ConfigError) as exc:
+            from_dict({"dist": {"strategy": strategy, "bucket_mb": 4}})
+        assert str(exc.value) == f"bucket_mb applies to strategy ddp or allreduce, not {strategy}"
+    with pytest.raises(ConfigError, match="bucket_mb must be"):
+        DistConfig(strategy="ddp", bucket_mb=0)

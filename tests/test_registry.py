@@ -94,8 +94,10 @@ def test_a_registered_strategy_is_listed_checked_and_built(toy, capsys, monkeypa
     assert "| allreduce | toy-sync (default single)" in _help(capsys, "run")
     cfg = from_dict({"dist": {"strategy": "toy-sync", "nproc": 2, "bucket_mb": 4}})
     assert cfg.dist.world_size == 2  # a multi-process strategy, with its own option
-    with pytest.raises(ConfigError, match="bucket_mb applies to strategy allreduce or toy-sync"):
-        from_dict({"dist": {"strategy": "ddp", "nproc": 2, "bucket_mb": 4}})
+    with pytest.raises(
+        ConfigError, match="bucket_mb applies to strategy ddp or allreduce or toy-sync, not fsdp"
+    ):
+        from_dict({"dist": {"strategy": "fsdp", "nproc": 2, "bucket_mb": 4}})
     built = make_strategy("toy-sync", DistInfo(), torch.device("cpu"), {"dist.bucket_mb": 4})
     assert type(built).__name__ == "ToySync" and built.toy_knob == 4
     with pytest.raises(ConfigError, match="unknown strategy 'nope'.*allreduce, toy-sync"):

@@ -125,11 +125,12 @@ def report(path: str | os.PathLike[str], out: str | os.PathLike[str] | None = No
     return build_run_report(path, out)
 
 
-def doctor(path: str | os.PathLike[str]) -> Any:
+def doctor(path: str | os.PathLike[str], memory_limit_bytes: int | None = None) -> Any:
     """Diagnose a run from its record (as ``trainscope doctor``): a
     :class:`~trainscope.diagnosis.Diagnosis` whose ``findings`` are ranked, most
-    important first (``as_list()`` gives them as ``--json`` prints them)."""
-    return diagnose(path)
+    important first (``as_list()`` gives them as ``--json`` prints them).
+    ``memory_limit_bytes``: the memory it must fit in (default: its device's)."""
+    return diagnose(path, memory_limit_bytes=memory_limit_bytes)
 
 
 __all__ = ["RunResult", "doctor", "report", "run", "settings_to_overrides"]

@@ -41,6 +41,7 @@ SINK_NAMES = ("wandb", "tensorboard")
 BUILTIN_WORKLOADS = ("digits", "mnist", "synthetic", "gpt-char", "text-cls")
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 OPTIMIZERS = ("sgd", "adam", "adamw")
+OPTIMIZER_IMPLS = ("auto", "for-loop", "foreach", "fused")
 SCHEDULES = ("constant", "cosine", "linear", "one-cycle")
 TIMING_MODES = ("auto", "exact")
 LOADERS = ("torch", "fast")
@@ -261,6 +262,11 @@ class TrainConfig:
     (biases and normalisation weights are not decayed)."""
     betas: list[float] | None = None
     """Adam/AdamW (beta1, beta2); None: torch's (0.9, 0.999)."""
+    optimizer_impl: str = "auto"
+    """How torch.optim runs the update: auto (torch's default: the per-parameter for-loop
+    on CPU, foreach on CUDA) | for-loop (foreach=False) | foreach (foreach=True: one
+    multi-tensor kernel per operation) | fused (fused=True: one kernel for the whole
+    update; it may round differently from the other two)."""
     schedule: str = "constant"
     """lr schedule: constant | cosine | linear | one-cycle (see trainscope.train.schedule)."""
     warmup_steps: int = 0
@@ -299,6 +305,7 @@ class TrainConfig:
         if self.max_steps_per_epoch is not None:
             need_positive("max_steps_per_epoch", self.max_steps_per_epoch)
         need_choice("optimizer", self.optimizer, OPTIMIZERS)
+        need_choice("optimizer_impl", self.optimizer_impl, OPTIMIZER_IMPLS)
         need_number("lr", self.lr, low=0.0, low_open=True)
         need_number("momentum", self.momentum, low=0.0)
         need_number("weight_decay", self.weight_decay, low=0.0)
@@ -416,8 +423,10 @@ class DistConfig:
     """Times torchrun restarts every rank after one fails; the restarted ranks resume from
     the run's last complete checkpoint (from the start without one)."""
     bucket_mb: float | None = None
-    """allreduce only: flatten the gradients into buckets of at most this many MiB and
-    all-reduce each bucket (None: one all_reduce per gradient tensor)."""
+    """Gradient buckets of at most this many MiB. allreduce: flatten the gradients into
+    such buckets and all-reduce each (None: one all_reduce per gradient tensor); ddp:
+    DDP's ``bucket_cap_mb`` (None: DDP's default, 25 MiB after a first bucket of 1 MiB;
+    given, every bucket has this cap)."""
 
     def __post_init__(self) -> None:
         need_choice("strategy", self.strategy, registry.strategy_names())
@@ -465,7 +474,7 @@ class DistConfig:
 
     def _check_strategy_options(self) -> None:
         """A ``dist.*`` key that only some strategies take is refused for the others
-        (``bucket_mb``: the hand-written allreduce's buckets; DDP's are its own)."""
+        (``bucket_mb``: the gradient buckets of ddp and of the hand-written allreduce)."""
         mine = registry.STRATEGIES[self.strategy].options
         for key in registry.strategy_options():
             short = key.removeprefix("dist.")
@@ -474,7 +483,6 @@ class DistConfig:
             owners = [n for n, e in registry.STRATEGIES.items() if key in e.options]
             raise ConfigError(
                 f"{short} applies to strategy {' or '.join(owners)}, not {self.strategy}"
-                + ("; DDP's buckets are its own (25 MiB)" if short == "bucket_mb" else "")
             )
 
     @property

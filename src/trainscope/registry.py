@@ -197,6 +197,7 @@ for _entry in (
     StrategyEntry(
         "ddp", f"{_S}.ddp:DDPStrategy", True,
         "DistributedDataParallel: bucketed all-reduce overlapped with backward",
+        options=("dist.bucket_mb",),  # DDP's bucket_cap_mb
         variants=(
             Variant("ddp-1proc", one_process=True, comm_place="in backward"),
             Variant("ddp", predict=f"{_P}:predict_ddp", predict_ops=("all_reduce",),

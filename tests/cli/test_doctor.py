@@ -116,3 +116,32 @@ def test_apply_on_a_healthy_run_re_runs_nothing(
     assert main(["doctor", str(run), "--apply", "--out", str(tmp_path / "s")]) == 0
     assert "No finding has a fix to apply: nothing re-run." in capsys.readouterr().out
     assert not (tmp_path / "s").exists()
+
+
+def test_a_memory_limit_and_a_link_reach_the_rules(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.diagnosis.test_memory_rules import ACTS
+
+    run = write_run(tmp_path / "m", summary={"memory": ACTS})
+    assert main(["doctor", str(run), "--json", "--memory-limit", "44MiB"]) == 0
+    (found,) = json.loads(capsys.readouterr().out)
+    assert found["rule"] == "activations-near-limit" and found["measured_by"] == "memory"
+    assert main(["doctor", str(run), "--json", "--memory-limit", "1G"]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+    grads = {"tensor_bytes": [4096] * 40, "unit_bytes": [40 * 4096]}
+    summary = {"strategy": "allreduce", "world_size": 2, "gradients": grads}
+    sync = write_run(tmp_path / "s", {**HEALTHY, "comm": 0.004}, summary=summary)
+    assert main(["doctor", str(sync), "--json", "--interconnect", "pcie4-x16"]) == 0
+    (sync_finding,) = json.loads(capsys.readouterr().out)
+    assert "α–β model (PCIe 4.0 x16" in sync_finding["evidence"][-1]
+
+
+@pytest.mark.parametrize("bad", ["lots", "0", "-3G", "2P", "1e9"])
+def test_a_bad_memory_limit_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], bad: str
+) -> None:
+    run = write_run(tmp_path / "r")
+    assert main(["doctor", str(run), f"--memory-limit={bad}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("trainscope: error: --memory-limit")

@@ -136,3 +136,54 @@ def test_cuda_stage_peaks_are_recorded(tmp_path) -> None:
     cuda = run(cfg)["memory"]["cuda"]
     assert set(cuda["stage_peak_allocated_bytes"]) >= {"forward", "backward", "optimizer"}
     assert all(v > 0 for v in cuda["stage_peak_allocated_bytes"].values())
+
+
+class _Blocks(nn.Module):
+    """Two blocks (``model.blocks``, as trainscope's models expose them) and a head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(
+            nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 8)) for _ in range(2)
+        )
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = x + block(x)
+        return self.head(x)
+
+
+def test_saved_bytes_are_split_at_the_blocks() -> None:
+    torch.manual_seed(0)
+    model = _Blocks()
+    x = torch.randn(5, 8)
+    with SavedActivations(model) as saved:
+        out = model(x)
+    out.sum().backward()
+    c = saved.count
+    # Each block saves its input (5x8), the ReLU's output (5x32, which the second Linear
+    # saves too); the head saves the last residual sum: 5x8 outside the blocks.
+    assert c.blocks == 2
+    assert c.inside_blocks_bytes == 2 * (5 * 8 + 5 * 32) * 4
+    assert c.block_inputs_bytes == 2 * 5 * 8 * 4
+    assert c.saved_by_autograd_bytes == c.inside_blocks_bytes + 5 * 8 * 4
+    assert not model.blocks[0]._forward_pre_hooks  # the hooks are gone after the step
+
+
+@pytest.mark.timeout(120)
+def test_the_split_predicts_what_full_checkpointing_keeps(tmp_path) -> None:
+    # Checkpointing every block keeps only the blocks' inputs: the probe's split of the
+    # uncheckpointed run predicts the checkpointed run's activations.
+    from trainscope.techniques.activation_checkpointing import apply_checkpointing
+
+    torch.manual_seed(0)
+    model, x = _Blocks(), torch.randn(64, 8)
+    with SavedActivations(model) as plain:
+        model(x).sum().backward()
+    apply_checkpointing(model, "full")
+    with SavedActivations(model) as ckpt:
+        model(x).sum().backward()
+    c = plain.count
+    predicted = c.total_bytes - c.inside_blocks_bytes + c.block_inputs_bytes
+    assert ckpt.count.total_bytes == predicted and ckpt.count.blocks == 0

@@ -237,6 +237,24 @@ def test_bucketed_allreduce_equals_per_tensor_allreduce_bit_for_bit(
     assert all(torch.equal(w_a[k], w_b[k]) for k in w_a)
 
 
+@pytest.mark.timeout(2 * LAUNCH_TIMEOUT)
+def test_ddp_bucket_mb_changes_its_buckets_not_its_sums(strategy_run: Callable[..., Path]) -> None:
+    """``--bucket-mb`` is DDP's bucket_cap_mb: after its first step (every gradient in one
+    bucket, as torch builds them) DDP cuts LeNet5's 117 KB into 3 buckets of <= 20 KiB,
+    where its default (1 MiB first) keeps one. Each element is still (rank 0's + rank 1's)
+    / 2, so the training is bit-identical to DDP's default buckets."""
+    default = strategy_run("ddp")
+    bucketed = strategy_run("ddp", WORLD, "--bucket-mb", "0.02")
+    summaries = [json.loads((d / "summary.json").read_text()) for d in (default, bucketed)]
+    assert [s["comm"]["hook_buckets"] for s in summaries] == [STEPS, 1 + 3 * (STEPS - 1)]
+    assert "bucket_mb" not in summaries[0]["parallel"]
+    assert summaries[1]["parallel"]["bucket_mb"] == 0.02
+    a, b = step_lines(default / "metrics.jsonl"), step_lines(bucketed / "metrics.jsonl")
+    assert [s["loss"] for s in a] == [s["loss"] for s in b]
+    w_a, w_b = weights(default), weights(bucketed)
+    assert all(torch.equal(w_a[k], w_b[k]) for k in w_a)
+
+
 # ------------------------------------------------------------------------- one process
 
 

@@ -133,20 +133,26 @@ def test_hand_buckets_follow_the_rule_the_predictions_use() -> None:
     assert len(bucket_groups(mixed, 1 << 30)) == 3  # one dtype per flat buffer
 
 
-def test_bucket_mb_is_for_the_hand_written_allreduce_only() -> None:
+def test_bucket_mb_is_for_ddp_and_the_hand_written_allreduce() -> None:
     from trainscope.config import DistConfig
     from trainscope.errors import ConfigError
 
     assert DistConfig(strategy="allreduce", bucket_mb=25).bucket_mb == 25
-    with pytest.raises(ConfigError, match="applies to strategy allreduce"):
-        DistConfig(strategy="ddp", bucket_mb=25)
-    for bad in (0, -1, float("nan"), "x"):
-        with pytest.raises(ConfigError, match="bucket_mb"):
-            DistConfig(strategy="allreduce", bucket_mb=bad)
+    assert DistConfig(strategy="ddp", bucket_mb=25).bucket_mb == 25
+    for other in ("single", "dp", "fsdp", "gather-scatter"):
+        with pytest.raises(ConfigError, match=f"applies to strategy ddp or allreduce, not {other}"):
+            DistConfig(strategy=other, bucket_mb=25)
+    for name in ("allreduce", "ddp"):
+        for bad in (0, -1, float("nan"), "x"):
+            with pytest.raises(ConfigError, match="bucket_mb"):
+                DistConfig(strategy=name, bucket_mb=bad)
     d = make_strategy("allreduce", DistInfo(), CPU, {"dist.bucket_mb": 0.5})
     model = nn.Sequential(nn.Linear(300, 300), nn.Linear(300, 10))
     d.wrap(model)
     assert d.describe()["bucket_mb"] == 0.5 and d.describe()["buckets"] == 1
+    ddp = make_strategy("ddp", DistInfo(), CPU, {"dist.bucket_mb": 0.5}).describe()
+    assert ddp["bucket_mb"] == 0.5 and "buckets of <= 0.5 MiB" in ddp["comm_note"]
+    assert "bucket_mb" not in make_strategy("ddp", DistInfo(), CPU).describe()
 
 
 def test_comm_stats() -> None:
@@ -231,6 +237,23 @@ def test_ddp_in_a_world_of_one_matches_the_plain_module(world_of_one: DistInfo) 
     stats = s.comm_stats()
     assert stats["hook_buckets"] >= 1 and stats["hook_bytes"] > 0
     assert sorted(s.full_state_dict(wrapped)) == sorted(plain.state_dict())
+
+
+@pytest.mark.timeout(120)
+def test_ddp_bucket_mb_sets_its_bucket_cap(world_of_one: DistInfo) -> None:
+    """torch 2.13's DDP puts every gradient in one bucket for the first step and rebuilds
+    its buckets after it: LeNet5's 117 KB stay one default bucket (1 MiB first), and
+    become three of <= 20 KiB (cut by the rule the predictions use, tests/comm)."""
+    per_step = {}
+    for bucket_mb in (None, 0.02):
+        s = make_strategy("ddp", world_of_one, CPU, {"dist.bucket_mb": bucket_mb})
+        wrapped, counts = s.wrap(small_model()), []
+        for seed in (1, 2):
+            before = s.comm_stats()["hook_buckets"]
+            backward_once(wrapped, seed)
+            counts.append(s.comm_stats()["hook_buckets"] - before)
+        per_step[bucket_mb] = counts
+    assert per_step == {None: [1, 1], 0.02: [1, 3]}
 
 
 @pytest.mark.timeout(120)

@@ -40,9 +40,34 @@ def test_fixes_that_change_numerics_stay_out_of_all_fixes(tmp_path: Path) -> Non
     run = write_run(tmp_path / "r", stages, summary={"local_batch_size": 16})
     plan = plan_apply(diagnose(run), CPU, steps=5, repeats=1)
     configs = {r.config for r in plan.runs}
-    assert configs == {BASELINE, "input-bound", "overhead-bound"}  # one speed fix: no combo
+    assert configs == {BASELINE, "input-bound", "optimizer-bound", "overhead-bound", ALL_FIXES}
     overhead = next(r for r in plan.runs if r.config == "overhead-bound")
     assert overhead.labels["numerics"] is True and overhead.overrides == {"data.batch_size": 32}
+    assert overhead.labels["measure"] == "sample"  # judged per sample: the batch changes
+    both = next(r for r in plan.runs if r.config == ALL_FIXES)
+    assert both.overrides == {"data.num_workers": "auto", "train.optimizer_impl": "fused"}
+
+
+def test_a_memory_fix_stands_alone_and_epochs_stay_for_evaluation(tmp_path: Path) -> None:
+    from tests.diagnosis.test_memory_rules import ACTS
+
+    run = write_run(tmp_path / "r", {**HEALTHY, "data_wait": 0.003}, summary={"memory": ACTS},
+                    config={"train": {"epochs": 30}})  # fmt: skip
+    plan = plan_apply(diagnose(run, memory_limit_bytes=44 << 20), CPU, steps=10, repeats=1)
+    assert {r.config for r in plan.runs} == {BASELINE, "input-bound", "activations-near-limit"}
+    assert (
+        plan.base_config["train"]["epochs"] == 1
+        and plan.base_config["train"]["max_steps_per_epoch"] == 10
+    )
+    step = sum(HEALTHY.values()) * 40
+    ev = write_run(tmp_path / "e", totals={"evaluation": 3 * step, "setup": 0.0},
+                   config={"train": {"epochs": 30}})  # fmt: skip
+    plan = plan_apply(diagnose(ev), CPU, steps=10, repeats=1)
+    # Evaluation happens between epochs: four of them, 3 steps each, so the fix is seen.
+    assert (
+        plan.base_config["train"]["epochs"],
+        plan.base_config["train"]["max_steps_per_epoch"],
+    ) == (4, 3)
 
 
 def test_a_healthy_run_plans_nothing_to_apply(tmp_path: Path) -> None:

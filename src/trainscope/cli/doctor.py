@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from typing import Any
 
@@ -38,7 +39,47 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--repeats", type=int, default=3, help="repeats of each (default 3)")
     p.add_argument("--out", metavar="DIR", help="the study's folder (default runs/studies/)")
     p.add_argument("--quiet", "-q", action="store_true", help="print errors only")
+    g = p.add_argument_group("what the run must fit and the link its ranks use")
+    g.add_argument(
+        "--memory-limit",
+        metavar="SIZE",
+        help="the memory the run must fit in, e.g. 16GiB or 512M (default: its device's)",
+    )
+    g.add_argument("--fit", metavar="DIR", help="α, β fitted by a collectives study")
+    g.add_argument("--interconnect", metavar="NAME", help="a named link, e.g. nvlink4, pcie4-x16")
+    g.add_argument("--bandwidth", metavar="BW", help="link bandwidth each way, e.g. 25GB/s")
+    g.add_argument("--latency", metavar="T", help="latency per message, e.g. 10us")
     p.set_defaults(handler=cmd_doctor)
+
+
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?", re.IGNORECASE)
+MAX_LIMIT = 1 << 50  # 1 PiB: more is a typing error, not a device
+
+
+def parse_limit(text: str) -> int:
+    """``"16GiB"``/``"16G"`` -> bytes (binary units); one clear ConfigError otherwise."""
+    from trainscope.errors import ConfigError
+
+    m = _SIZE.fullmatch(text.strip())
+    scale = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    size = int(float(m.group(1)) * scale[m.group(2).upper()]) if m else 0
+    if not 1 <= size <= MAX_LIMIT:
+        raise ConfigError(
+            f"--memory-limit {text!r}: write a size such as 16GiB, 512M or 80G (1 B to 1 PiB)"
+        )
+    return size
+
+
+def _link(args: argparse.Namespace, run_dir: str) -> tuple[dict[str, Any], str]:
+    """The α–β fits the doctor predicts sync with ({} when no link is named)."""
+    if not (args.fit or args.interconnect or args.bandwidth or args.latency):
+        return {}, ""
+    from trainscope.collectives.predict_cli import link_fits
+    from trainscope.records.run_dir import load_run
+
+    world = load_run(run_dir).summary.get("world_size")
+    world = world if isinstance(world, int) and not isinstance(world, bool) and world >= 2 else 2
+    return link_fits(args, world)
 
 
 def _lines(diagnosis: Any) -> list[str]:
@@ -65,7 +106,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     """``trainscope doctor RUN_DIR [--json]``."""
     from trainscope.diagnosis import diagnose
 
-    diagnosis = diagnose(args.run_dir)
+    limit = parse_limit(args.memory_limit) if args.memory_limit else None
+    fits, where = _link(args, args.run_dir)
+    diagnosis = diagnose(args.run_dir, memory_limit_bytes=limit, link_fits=fits, link_where=where)
     if args.apply:
         return _apply(args, diagnosis)
     if args.json:

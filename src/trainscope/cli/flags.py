@@ -141,6 +141,11 @@ RUN_FLAGS: dict[str, Flag] = {
         "Adam/AdamW betas (default 0.9,0.999)",
         lambda text: [float(b) for b in text.split(",")],
     ),
+    "--optimizer-impl": _value(
+        "train.optimizer_impl",
+        "IMPL",
+        "auto (torch's default) | for-loop | foreach | fused (one kernel per update)",
+    ),
     "--schedule": _value(
         "train.schedule", "NAME", "lr schedule: constant (default) | cosine | linear | one-cycle"
     ),
@@ -214,8 +219,8 @@ RUN_FLAGS: dict[str, Flag] = {
     "--bucket-mb": _float(
         "dist.bucket_mb",
         "MB",
-        "allreduce: flatten gradients into buckets of at most MB MiB, one all_reduce per "
-        "bucket (default: one per tensor)",
+        "gradient buckets of at most MB MiB: ddp's bucket_cap_mb (default 25, the first "
+        "1); allreduce flattens into them, one all_reduce each (default: one per tensor)",
     ),
     "--stall-timeout": _float(
         "dist.stall_timeout_s",

@@ -33,10 +33,24 @@ class Diagnosis:
         return [f.as_dict() for f in self.findings]
 
 
-def diagnose(run_dir: str | Path) -> Diagnosis:
+def diagnose(
+    run_dir: str | Path,
+    *,
+    memory_limit_bytes: int | None = None,
+    link_fits: dict[str, Any] | None = None,
+    link_where: str = "",
+) -> Diagnosis:
     """Every rule's finding on ``run_dir``, ranked; a directory that is not a run is one
-    clear :class:`~trainscope.errors.TrainscopeError`."""
-    return diagnosis_of(read_facts(run_dir))
+    clear :class:`~trainscope.errors.TrainscopeError`.
+
+    ``memory_limit_bytes``: the memory the run must fit in (default: its device's);
+    ``link_fits``: α–β fits of the ranks' link (:mod:`trainscope.comm.cost_model`), for
+    the sync rules to predict with.
+    """
+    facts = read_facts(run_dir)
+    facts.memory_limit_bytes = memory_limit_bytes
+    facts.link_fits, facts.link_where = dict(link_fits or {}), link_where
+    return diagnosis_of(facts)
 
 
 def diagnose_record(record: RunRecord) -> Diagnosis:

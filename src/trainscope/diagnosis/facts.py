@@ -39,6 +39,16 @@ class RunFacts:
     losses: list[tuple[int, float]]
     """(step, loss) of every step record, in order, non-finite ones included."""
     unread: list[str] = field(default_factory=list)
+    step_events: list[dict[str, Any]] = field(default_factory=list)
+    """The record's ``step`` lines as read (rank 0's, for rules that compare ranks)."""
+    env: dict[str, Any] = field(default_factory=dict)
+    """env.json: the devices and the machine (their memory)."""
+    memory_limit_bytes: int | None = None
+    """A memory limit the user gives (``--memory-limit``); None: the device's own."""
+    link_fits: dict[str, Any] = field(default_factory=dict)
+    """α–β fits of the link the ranks talk over (``--fit``/``--interconnect``); empty: none."""
+    link_where: str = ""
+    """Where the fits come from, in a few words."""
 
     def setting(self, section: str, key: str, default: Any = None) -> Any:
         """A value of the run's config.yaml (``default`` when it is not there)."""
@@ -86,11 +96,18 @@ def _steady_steps(record: Any, unread: list[str]) -> list[dict[str, float]]:
 
 
 def _losses(record: Any) -> list[tuple[int, float]]:
+    """(step, loss) of each step line. Strict JSON writes a NaN or infinite loss as null,
+    so a null loss of a training step is non-finite (a data-only run has none at all)."""
+    data_only = record.summary.get("data_only") is True
     out = []
     for event in record.events("step"):
         step, loss = event.get("step"), event.get("loss")
-        if isinstance(step, int) and isinstance(loss, (int, float)) and not isinstance(loss, bool):
+        if not isinstance(step, int) or isinstance(loss, bool):
+            continue
+        if isinstance(loss, (int, float)):
             out.append((step, float(loss)))
+        elif loss is None and "loss" in event and not data_only:
+            out.append((step, math.nan))
     return out
 
 
@@ -122,5 +139,5 @@ def facts_of(record: RunRecord) -> RunFacts:
         unread.append("the run's wall time (summary.json wall_time_s)")
     return RunFacts(
         Path(run_dir), record.summary, record.config, step_s, stages, totals_s, wall,
-        _losses(record), unread,
+        _losses(record), unread, record.events("step"), record.env,
     )  # fmt: skip

@@ -69,7 +69,8 @@ class Finding:
     notes: list[str] = field(default_factory=list)
     measure: str = "step"
     """What the fix saves, and so what ``--apply`` compares: ``step`` (steady-state step
-    time) or ``wall`` (the run's wall time: evaluation, checkpoints, compile)."""
+    time), ``wall`` (the run's wall time: evaluation, checkpoints, compile), ``memory``
+    (the tensor bytes a step holds) or ``sample`` (step time per sample: a batch change)."""
 
     def as_dict(self) -> dict[str, Any]:
         """The finding as ``--json`` prints it."""
@@ -89,9 +90,11 @@ class Finding:
 
 
 def rank(findings: list[Finding]) -> list[Finding]:
-    """Most important first: by severity, then by the estimated saving."""
+    """Most important first: by severity, then fixes that keep numerics before those that
+    change them, then by the estimated saving."""
     return sorted(
-        findings, key=lambda f: (SEVERITIES.index(f.severity), -(f.gain_share or 0.0), f.rule)
+        findings,
+        key=lambda f: (SEVERITIES.index(f.severity), f.numerics, -(f.gain_share or 0.0), f.rule),
     )
 
 
@@ -108,6 +111,9 @@ FLAG_KEYS = {
     "--strategy": "dist.strategy",
     "--precision": "runtime.precision",
     "--threads": "runtime.threads",
+    "--checkpointing": "runtime.checkpointing",
+    "--optimizer-impl": "train.optimizer_impl",
+    "--bucket-mb": "dist.bucket_mb",
 }
 
 

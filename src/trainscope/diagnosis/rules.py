@@ -9,10 +9,22 @@ instead of inventing one.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 
+from trainscope.comm.predict import GradTensors, predict
 from trainscope.diagnosis.facts import RunFacts
 from trainscope.diagnosis.findings import SEVERITIES, Finding, figure, ms, pct, severity_of
+from trainscope.diagnosis.memory_rules import activations_near_limit, optimizer_states_near_limit
+from trainscope.diagnosis.stragglers import (
+    analyze_stragglers,
+    read_rank_steps,
+    straggler,
+    strategy_of,
+    warmup_of,
+    world_size,
+)
+from trainscope.errors import ConfigError
 from trainscope.util.spread import spread
 
 DATA_WAIT_SHARE = 0.30
@@ -26,13 +38,22 @@ CHECKPOINT_WALL_SHARE = 0.10
 SETUP_WALL_SHARE = 0.50
 COMPILE_WALL_SHARE = 0.25
 """A compile that is a quarter of the run: a run this short rarely wins it back."""
-OVERHEAD_SHARE = 0.40
+OVERHEAD_SHARE = 0.25
 """The optimizer step and the gradient sync (paid once per step, whatever the batch) over
-40% of the step: a larger batch would pay them less often per sample."""
-SMALL_BATCH = 64
+a quarter of the step: a larger batch would pay them less often per sample."""
+SMALL_BATCH = 16
+"""Batches of at most 16 samples: where fixed per-step costs (these, and every kernel's
+launch) outweigh the arithmetic; larger batches are a choice this rule leaves alone."""
+OPTIMIZER_SHARE = 0.25
+"""The optimizer step over a quarter of the step: its per-parameter loop (torch's default
+on a CPU) launches a handful of small kernels per tensor; the multi-tensor (foreach) and
+fused implementations do the same arithmetic in a few large ones."""
 FLAT_LOSS_DROP = 0.02
 """The training loss moved by less than 2% from the first steps to the last."""
 FLAT_LOSS_MIN_STEPS = 100
+
+NON_FINITE_ERROR = re.compile(r"non-finite|\b(nan|inf)\b", re.IGNORECASE)
+"""How a run's error says that its loss stopped being a number."""
 
 Rule = Callable[[RunFacts], Finding | None]
 SEVERITY_ORDER = list(reversed(SEVERITIES))
@@ -141,17 +162,76 @@ def checkpoint_heavy(f: RunFacts) -> Finding | None:
 
 def per_tensor_sync(f: RunFacts) -> Finding | None:
     """One collective per gradient tensor takes a large share of the step."""
-    share = f.share("comm")
+    share = _own_sync_share(f)
     strategy = f.summary.get("strategy")
     if share is None or share < COMM_SHARE or strategy not in ("allreduce", "gather-scatter"):
         return None
     problem = (f"Gradient sync is {pct(share)} of the step with one collective per tensor "
                f"(strategy {strategy}; threshold {pct(COMM_SHARE)}).")  # fmt: skip
-    gain = ("DDP sends the same bytes in 25 MiB buckets and overlaps them with backward; "
-            "half the sync time is a cautious estimate (`trainscope collectives --predict` "
-            "models it for a measured link)")  # fmt: skip
-    return _half_of_stage(f, "per-tensor-sync", "comm", "gradient sync per step", problem,
-                          gain, {"--strategy": "ddp"})  # fmt: skip
+    modelled = _predicted_sync(f, strategy)
+    if modelled is None:
+        gain = ("DDP sends the same bytes in 25 MiB buckets and overlaps them with backward; "
+                "half the sync time is a cautious estimate (`trainscope doctor --fit DIR` or "
+                "--interconnect predicts it with the α–β model)")  # fmt: skip
+        return _half_of_stage(f, "per-tensor-sync", "comm", "gradient sync per step", problem,
+                              gain, {"--strategy": "ddp"})  # fmt: skip
+    gain, saved_s, line = modelled
+    saved = min(saved_s / f.step_s.median, share)
+    return Finding(
+        "per-tensor-sync",
+        severity_of(saved),
+        problem,
+        [ms(f.stages["comm"], "gradient sync per step"), ms(f.step_s, "step"), line],
+        gain,
+        {"--strategy": "ddp"},
+        gain_share=saved,
+    )
+
+
+def _own_sync_share(f: RunFacts) -> float | None:
+    """The sync's share of the step without the waiting for a slower rank: the least, over
+    the ranks, of their median sync time (the rank the others wait for does not wait; the
+    straggler rule speaks for the rest). Rank 0's own share where the others left nothing."""
+    share = f.share("comm")
+    if share is None or world_size(f.summary) < 2:
+        return share
+    loaded = read_rank_steps(f.path, f.summary, f.step_events)
+    if len(loaded.steps) < 2:
+        return share
+    a = analyze_stragglers(loaded.steps, strategy_of(f.summary), warmup_of(f.summary))
+    medians = [w.sync_per_step.median for w in a.waiting.values() if w.sync_per_step.ok]
+    if not medians or not f.step_s.ok or not f.step_s.median:
+        return share
+    return min(share, float(min(medians)) / float(f.step_s.median))
+
+
+def _predicted_sync(f: RunFacts, strategy: str) -> tuple[str, float, str] | None:
+    """The α–β model's per-tensor sync against DDP's exposed sync for this run's gradients
+    and ranks, when the doctor was given a link (None: no link, or no gradient sizes)."""
+    grads = f.summary.get("gradients")
+    sizes = grads.get("tensor_bytes") if isinstance(grads, dict) else None
+    world = f.summary.get("world_size")
+    if not f.link_fits or not isinstance(sizes, list) or not isinstance(world, int) or world < 2:
+        return None
+    if not sizes or not all(
+        isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in sizes
+    ):
+        return None
+    backward = f.stages.get("backward")
+    back_s = float(backward.median) if backward is not None and backward.ok else None
+    try:
+        now, ddp = predict(GradTensors("run", tuple(sizes)), world, f.link_fits,
+                           backward_s=back_s, strategies=[strategy, "ddp"])  # fmt: skip
+    except ConfigError:
+        return None  # the fits lack the op: no prediction rather than a wrong one
+    exposed = ddp.exposed_s if ddp.exposed_s is not None else ddp.comm_s
+    saved_s = max(now.comm_s - exposed, 0.0)
+    line = (f"α–β model ({f.link_where}): {now.collectives} collectives {1e3 * now.comm_s:.3g} "
+            f"ms per step; DDP {ddp.collectives} bucket(s), {1e3 * exposed:.3g} ms not hidden "
+            "behind backward")  # fmt: skip
+    gain = (f"DDP's buckets, overlapped with backward: about {1e3 * saved_s:.3g} ms less per step "
+            "by the α–β model for this run's gradients and ranks")  # fmt: skip
+    return gain, saved_s, line
 
 
 def overhead_bound(f: RunFacts) -> Finding | None:
@@ -177,14 +257,37 @@ def overhead_bound(f: RunFacts) -> Finding | None:
         gain_share=per_step / 2,
         numerics=True,
         notes=["a larger batch changes the optimisation: compare the loss at equal samples"],
+        measure="sample",
     )
+
+
+def optimizer_bound(f: RunFacts) -> Finding | None:
+    """The optimizer step is a large share of the step and runs tensor by tensor."""
+    share = f.share("optimizer")
+    impl = f.setting("train", "optimizer_impl", "auto")
+    if share is None or share < OPTIMIZER_SHARE or impl not in ("auto", "for-loop"):
+        return None
+    optimizer = f.setting("train", "optimizer", "sgd")
+    problem = (f"The optimizer step ({optimizer}, implementation {impl}) is {pct(share)} of "
+               f"the step (threshold {pct(OPTIMIZER_SHARE)}).")  # fmt: skip
+    gain = ("the fused implementation updates every tensor in one kernel per operation; "
+            "half the optimizer time is a cautious estimate (not measured here: --apply "
+            "measures it)")  # fmt: skip
+    return _half_of_stage(f, "optimizer-bound", "optimizer", "optimizer step", problem, gain,
+                          {"--optimizer-impl": "fused"})  # fmt: skip
 
 
 def precision_for_device(f: RunFacts) -> Finding | None:
     """bf16/fp16 on a CPU, or fp32 on a GPU."""
     device, precision = str(f.summary.get("device", "")), f.summary.get("precision")
-    if device == "cpu" and precision in ("bf16", "fp16"):
-        fix, why = {"--precision": "fp32"}, "CPUs without bf16 matrix units run autocast slower"
+    units = f.env.get("cpu_low_precision_units")
+    native = isinstance(units, dict) and units.get(precision) is True
+    if device == "cpu" and precision in ("bf16", "fp16") and not native:
+        fix, why = (
+            {"--precision": "fp32"},
+            f"a CPU without {precision} units (none in its flags, or not recorded) runs "
+            "autocast slower than fp32",
+        )
     elif device.startswith("cuda") and precision == "fp32":
         fix, why = {"--precision": "bf16"}, "tensor cores run bf16 matmuls several times faster"
     else:
@@ -204,7 +307,7 @@ def diverged(f: RunFacts) -> Finding | None:
     """The loss became non-finite."""
     bad = [(s, loss) for s, loss in f.losses if not math.isfinite(loss)]
     error = str(f.summary.get("error") or "")
-    if not bad and "non-finite" not in error:
+    if not bad and not NON_FINITE_ERROR.search(error):
         return None
     lr = f.summary.get("lr")
     new_lr = f"{lr / 10:g}" if isinstance(lr, (int, float)) and lr > 0 else None
@@ -331,7 +434,11 @@ RULES: dict[str, Rule] = {
     "evaluation-heavy": evaluation_heavy,
     "checkpoint-heavy": checkpoint_heavy,
     "per-tensor-sync": per_tensor_sync,
+    "straggler": straggler,
     "overhead-bound": overhead_bound,
+    "optimizer-bound": optimizer_bound,
+    "activations-near-limit": activations_near_limit,
+    "optimizer-states-near-limit": optimizer_states_near_limit,
     "precision-for-device": precision_for_device,
     "oversubscribed": oversubscribed,
     "diverged": diverged,

@@ -116,6 +116,13 @@ class ActivationCount:
     selective_saved_bytes: int = 0
     autocast_weight_copies_bytes: int = 0
     tensors: int = 0
+    blocks: int = 0
+    """The model's repeated blocks (``model.blocks``) timed apart; 0: none, or checkpointed."""
+    inside_blocks_bytes: int = 0
+    """Of the saved bytes, those saved while a block's forward ran."""
+    block_inputs_bytes: int = 0
+    """The blocks' inputs (each storage once): what checkpointing every block would keep
+    of them instead."""
 
     @property
     def total_bytes(self) -> int:
@@ -134,6 +141,9 @@ class SavedActivations:
         self.count = ActivationCount()
         self._hooks: Any = None
         self._blocks: list[nn.Module] = []
+        self._inputs = StorageTally()
+        self._inside = 0  # depth of block forwards running now
+        self._block_hooks: list[Any] = []
 
     @torch.compiler.disable  # bookkeeping: never traced into a compiled model's graph
     def _pack(self, t: torch.Tensor) -> torch.Tensor:
@@ -142,8 +152,37 @@ class SavedActivations:
         if _is_weight_copy(t):
             self.count.autocast_weight_copies_bytes += self.copies.add(t)
         else:
-            self.count.saved_by_autograd_bytes += self.tally.add(t)
+            added = self.tally.add(t)
+            self.count.saved_by_autograd_bytes += added
+            if self._inside:
+                self.count.inside_blocks_bytes += added
         return t
+
+    def _watch_blocks(self) -> None:
+        """Split the saved bytes at the model's blocks, for an uncheckpointed model: what
+        its blocks save, and their inputs (what full checkpointing keeps instead)."""
+        from trainscope.workloads.base import model_blocks
+
+        model = getattr(self.model, "module", self.model)
+        if any(getattr(m, "_compiled_call_impl", None) is not None for m in model.modules()):
+            return  # hooks added to a compiled module for one step would recompile it
+        blocks = model_blocks(model)
+        self.count.blocks = len(blocks)
+
+        @torch.compiler.disable
+        def enter(_module: nn.Module, args: tuple[Any, ...]) -> None:
+            self._inside += 1
+            for a in args:
+                if isinstance(a, torch.Tensor):
+                    self.count.block_inputs_bytes += self._inputs.add(a)
+
+        @torch.compiler.disable
+        def leave(*_: Any) -> None:
+            self._inside -= 1
+
+        for block in blocks:
+            self._block_hooks.append(block.register_forward_pre_hook(enter))
+            self._block_hooks.append(block.register_forward_hook(leave))
 
     def __enter__(self) -> SavedActivations:
         from trainscope.techniques.activation_checkpointing import checkpointed_blocks
@@ -151,12 +190,16 @@ class SavedActivations:
         self._blocks = checkpointed_blocks(self.model)
         for block in self._blocks:
             block._trainscope_kept = []
+        if not self._blocks:
+            self._watch_blocks()
         self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
         self._hooks.__enter__()
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self._hooks.__exit__(*exc)
+        for handle in self._block_hooks:
+            handle.remove()
         for block in self._blocks:
             for kept in block._trainscope_kept:
                 for t in kept.saved:
@@ -237,6 +280,15 @@ class MemoryProbe:
                 "selective_saved_bytes": act.selective_saved_bytes,
                 "autocast_weight_copies_bytes": act.autocast_weight_copies_bytes,
                 "storages": act.tensors,
+                **(
+                    {
+                        "blocks": act.blocks,
+                        "inside_blocks_bytes": act.inside_blocks_bytes,
+                        "block_inputs_bytes": act.block_inputs_bytes,
+                    }
+                    if act.blocks
+                    else {}
+                ),
             },
         }
         if peaks is not None:

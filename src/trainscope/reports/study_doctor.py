@@ -24,45 +24,75 @@ def _loss(summary: dict[str, Any]) -> float | None:
     return loss if isinstance(loss, (int, float)) else None
 
 
-def verdict(step: Spread, base: Spread) -> str:
+MEASURES = ("step", "wall", "memory", "sample")
+"""What a fix saves: steady-state step time (ms), the run's wall time (s), the tensor
+bytes a step holds (the memory probe's count: exact, the same on every repeat), or the
+step time per sample (a fix that changes the batch size)."""
+_BETTER = {"step": ("faster", "slower"), "wall": ("faster", "slower"),
+           "memory": ("less memory", "more memory"), "sample": ("faster", "slower")}  # fmt: skip
+
+
+def verdict(step: Spread, base: Spread, measure: str = "step") -> str:
     """Better or worse than the baseline beyond the noise (the studies' rule), or not."""
     if not step.ok or not base.ok:
         return "not measured"
     if differ(step, base):
+        better, worse = _BETTER.get(measure, _BETTER["step"])
         ratio = base.median / step.median if step.median else float("inf")
-        return f"{ratio:.2f}x faster" if ratio > 1 else f"{1 / ratio:.2f}x slower"
+        return f"{ratio:.2f}x {better}" if ratio > 1 else f"{1 / ratio:.2f}x {worse}"
     return no_difference_text(step, base)
 
 
-def _wall_s(summary: dict[str, Any]) -> float | None:
-    wall = summary.get("wall_time_s")
-    return wall if isinstance(wall, (int, float)) and not isinstance(wall, bool) else None
+def _number(value: Any) -> float | None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return float(value) if ok else None
+
+
+def _counted_bytes(summary: dict[str, Any]) -> float | None:
+    mem = summary.get("memory")
+    return _number(mem.get("total_bytes")) if isinstance(mem, dict) else None
+
+
+def _per_sample_ms(summary: dict[str, Any]) -> float | None:
+    step, batch = step_ms(summary), summary.get("local_batch_size")
+    ok = step is not None and isinstance(batch, int) and not isinstance(batch, bool) and batch > 0
+    return step / batch if ok else None
 
 
 def measured(c: Any) -> str:
-    """What a configuration's fix saves: ``step`` time, or the run's ``wall`` time."""
-    return "wall" if c.planned.labels.get("measure") == "wall" else "step"
+    """What a configuration's fix saves: ``step``, ``wall``, ``memory`` or ``sample``."""
+    m = c.planned.labels.get("measure")
+    return m if m in MEASURES else "step"
+
+
+def baseline_key(measure: str) -> str:
+    """The name of the baseline's figure on ``measure``."""
+    return BASELINE if measure == "step" else f"{BASELINE}/{measure}"
 
 
 def doctor_rows(study: StudyRecord) -> tuple[list[list[object]], dict[str, Spread]]:
-    """One row per configuration, and each one's figure on what its fix saves (step ms or
-    wall s; the baseline's under both names, ``baseline`` and ``baseline/wall``)."""
+    """One row per configuration, and each one's figure on what its fix saves (step ms,
+    wall s or counted bytes; the baseline's under ``baseline``, ``baseline/wall`` and
+    ``baseline/memory``)."""
     configs = each_config(study, "")
-    step = {c.name: spread(step_ms(r.summary) for r in c.runs) for c in configs}
-    wall = {c.name: spread(_wall_s(r.summary) for r in c.runs) for c in configs}
-    judged = {c.name: (wall if measured(c) == "wall" else step)[c.name] for c in configs}
-    judged[f"{BASELINE}/wall"] = wall.get(BASELINE, spread([]))
+    read = {"step": step_ms, "wall": lambda s: _number(s.get("wall_time_s")),
+            "memory": _counted_bytes, "sample": _per_sample_ms}  # fmt: skip
+    fig = {m: {c.name: spread(read[m](r.summary) for r in c.runs) for c in configs}
+           for m in MEASURES}  # fmt: skip
+    judged = {c.name: fig[measured(c)][c.name] for c in configs}
+    for m in MEASURES:
+        judged[baseline_key(m)] = fig[m].get(BASELINE, spread([]))
     rows: list[list[object]] = []
     for c in configs:
         summ = [r.summary for r in c.runs]
-        peak = spread(s.get("peak_memory_bytes") for s in summ)
         loss = spread(_loss(s) for s in summ)
-        base = wall if measured(c) == "wall" else step
-        vs = "–" if c.name == BASELINE else verdict(base[c.name], base.get(BASELINE, spread([])))
+        m = measured(c)
+        vs = "–" if c.name == BASELINE else verdict(fig[m][c.name], judged[baseline_key(m)], m)
+        counted = fig["memory"][c.name]
         rows.append([
-            c.name, str(c.planned.labels.get("fix", "")), fmt_spread(step[c.name]),
-            fmt_spread(wall[c.name]), f"{vs} ({measured(c)})" if c.name != BASELINE else vs,
-            fmt_bytes(peak.median) if peak.ok else MISSING,
+            c.name, str(c.planned.labels.get("fix", "")), fmt_spread(fig["step"][c.name]),
+            fmt_spread(fig["wall"][c.name]), f"{vs} ({m})" if c.name != BASELINE else vs,
+            fmt_bytes(counted.median) if counted.ok else MISSING,
             f"{loss.median:.4g}" if loss.ok else MISSING,
             "yes" if c.planned.labels.get("numerics") else "no",
         ])  # fmt: skip
@@ -74,8 +104,7 @@ def best_proven(study: StudyRecord, figures: dict[str, Spread]) -> str | None:
     saves, against the baseline's same figure), or None where none is proven."""
     ratios: dict[str, float] = {}
     for c in each_config(study, ""):
-        base = figures.get(f"{BASELINE}/wall" if measured(c) == "wall" else BASELINE)
-        sp = figures.get(c.name)
+        base, sp = figures.get(baseline_key(measured(c))), figures.get(c.name)
         if c.name == BASELINE or base is None or sp is None or not (sp.ok and base.ok):
             continue
         if differ(sp, base) and sp.median < base.median:
@@ -101,26 +130,30 @@ def doctor_sections(study: StudyRecord, doc: Document, plots: Path) -> Section:
         f"Run {inline_code(str(options.get('run_dir')))}: the baseline and each fix for "
         f"{escape_inline(str(options.get('steps')))} steps, repeats alternated. Step time is "
         "the steady-state median of each run, wall time the whole run's; each fix is judged "
-        "on what it saves (step: the loop; wall: evaluation, checkpoints, compile), and is "
-        "called faster only where its spread and the baseline's do not overlap. Fixes that "
+        "on what it saves (step: the loop; wall: evaluation, checkpoints, compile; memory: "
+        "the tensor bytes a step holds, counted on the probe step; sample: step time per "
+        "sample, for a larger batch), and is called better "
+        "only where its spread and the baseline's do not overlap. Fixes that "
         "change numerics show the training loss over the same steps beside the baseline's."
     )
     rows, steps = doctor_rows(study)
     table = Table(
-        ["configuration", "fix", "step (ms)", "wall (s)", "vs baseline", "peak memory",
+        ["configuration", "fix", "step (ms)", "wall (s)", "vs baseline", "counted memory",
          "train loss", "changes numerics"],
         rows, caption="Each fix against the baseline", label="tab:doctor",
     )  # fmt: skip
     section.add_table(doc, "doctor", table)
     best = best_proven(study, steps)
     if best is None:
-        line = "No fix is faster than the baseline beyond the noise: keep the run as it was."
+        line = "No fix is better than the baseline beyond the noise: keep the run as it was."
     else:
         cfg = next(c for c in each_config(study, "") if c.name == best)
-        base = steps[f"{BASELINE}/wall" if measured(cfg) == "wall" else BASELINE]
-        what = "in wall time" if measured(cfg) == "wall" else "per step"
+        m = measured(cfg)
+        what = {"wall": " in wall time", "step": " per step", "memory": "",
+                "sample": " per sample"}[m]  # fmt: skip
+        said = verdict(steps[best], steps[baseline_key(m)], m)
         line = (
-            f"Best proven: {escape_inline(best)}, {verdict(steps[best], base)} {what} "
+            f"Best proven: {escape_inline(best)}, {said}{what} "
             f"than the baseline. Command: {inline_code(_command(study, best))}"
         )
     doc.paragraph(line)

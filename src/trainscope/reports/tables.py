@@ -26,6 +26,7 @@ from trainscope.reports.latex_layout import (  # noqa: F401 (re-exported)
     MISSING,
     table_to_latex,
 )
+from trainscope.util.numfmt import fmt_bytes as fmt_bytes
 from trainscope.util.numfmt import fmt_sig
 
 # The escapers live in trainscope.util.textsafe, one per output format; latex_escape is
@@ -55,18 +56,6 @@ def fmt_seconds(x: Any) -> str:
         decimals = min(3 - math.floor(math.log10(abs(x))), 9)
         return f"{x:.{decimals}f}"
     return f"{x:.3f}"
-
-
-def fmt_bytes(n: Any) -> str:
-    """Binary (1024-based) units: ``350000000`` -> ``"333.8 MiB"``."""
-    if not _is_number(n) or not math.isfinite(n):
-        return MISSING
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
 
 
 def fmt_pct(fraction: Any, digits: int = 1) -> str:

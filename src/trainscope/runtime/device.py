@@ -64,6 +64,32 @@ def _git_sha() -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
+def host_memory_bytes() -> int | None:
+    """The machine's physical memory (None where the OS does not say): the limit a CPU
+    run's tensors share with everything else."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # no sysconf (Windows) or no such name
+        return None
+
+
+LOW_PRECISION_UNITS = {"bf16": ("avx512_bf16", "amx_bf16"), "fp16": ("avx512_fp16", "amx_fp16")}
+"""CPU flags (Linux /proc/cpuinfo) of units that run bf16 / fp16 arithmetic natively."""
+
+
+def cpu_low_precision() -> dict[str, bool] | None:
+    """Whether this CPU has native bf16 / fp16 units, or None where the OS does not say
+    (without them autocast on a CPU converts and runs slower than fp32)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            flags = next((ln.split(":", 1)[1].split() for ln in f if ln.startswith("flags")), None)
+    except OSError:
+        return None
+    if flags is None:
+        return None
+    return {k: any(u in flags for u in units) for k, units in LOW_PRECISION_UNITS.items()}
+
+
 def describe_environment(device: torch.device) -> dict[str, Any]:
     """Versions, devices and host: what env.json holds."""
     env: dict[str, Any] = {
@@ -75,6 +101,8 @@ def describe_environment(device: torch.device) -> dict[str, Any]:
         "platform": platform.platform(),
         "hostname": socket.gethostname(),
         "cpu_count": os.cpu_count(),
+        "host_memory_bytes": host_memory_bytes(),
+        "cpu_low_precision_units": cpu_low_precision(),
         "torch_num_threads": torch.get_num_threads(),
         "device": str(device),
         "device_name": device_name(device),

@@ -1,9 +1,10 @@
 """``ddp``: ``DistributedDataParallel``: bucketed all-reduce overlapped with backward.
 
-DDP groups gradients into buckets (25 MiB by default) in roughly reverse order of use and
-starts a bucket's all-reduce as soon as backward has filled it, so communication runs
-while backward is still computing earlier layers. There is therefore no separate ``comm``
-stage: what communication is not hidden is part of ``backward``.
+DDP groups gradients into buckets (by default 1 MiB for the first, then 25 MiB; with
+``dist.bucket_mb``, DDP's ``bucket_cap_mb``, every one at most that) in roughly reverse
+order of use and starts a bucket's all-reduce as soon as backward has filled it, so
+communication runs while backward is still computing earlier layers. There is therefore
+no separate ``comm`` stage: what communication is not hidden is part of ``backward``.
 
 On CPU (gloo) a communication hook also measures each bucket's all-reduce from launch to
 completion on the host clock: the time communication was *in flight*, overlapped with
@@ -23,13 +24,19 @@ from trainscope.strategies.base import Strategy
 
 
 class DDPStrategy(Strategy):
-    """DistributedDataParallel with its default buckets."""
+    """DistributedDataParallel, with its default buckets or ``bucket_mb`` MiB ones."""
 
     name = "ddp"
     comm_note = "bucketed all-reduce overlapped with backward: the part not hidden is in backward"
 
-    def __init__(self, info: Any, device: torch.device) -> None:
+    def __init__(self, info: Any, device: torch.device, bucket_mb: float | None = None) -> None:
         super().__init__(info, device)
+        self.bucket_mb = bucket_mb
+        if bucket_mb is not None:
+            self.comm_note = (
+                f"all-reduce in buckets of <= {bucket_mb:g} MiB overlapped with backward: "
+                "the part not hidden is in backward"
+            )
         self._inflight_s = 0.0
         self._buckets = 0
         self._bucket_bytes = 0
@@ -38,7 +45,8 @@ class DDPStrategy(Strategy):
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         ids = [self.device.index] if self.device.type == "cuda" else None
-        ddp = DDP(model, device_ids=ids)
+        # None leaves DDP's default (a 1 MiB first bucket, then 25 MiB ones).
+        ddp = DDP(model, device_ids=ids, bucket_cap_mb=self.bucket_mb)
         if self.device.type == "cpu":
             ddp.register_comm_hook(None, self._make_timed_hook())
         return ddp
@@ -64,6 +72,12 @@ class DDPStrategy(Strategy):
 
     def unwrap(self, model: nn.Module) -> nn.Module:
         return getattr(model, "module", model)
+
+    def describe(self) -> dict[str, Any]:
+        d = super().describe()
+        if self.bucket_mb is not None:
+            d["bucket_mb"] = self.bucket_mb
+        return d
 
     def comm_stats(self) -> dict[str, Any]:
         if self.device.type != "cpu":

@@ -3,7 +3,8 @@ same number of steps, alternated, as a study (resumable, with a report).
 
 The base configuration is the run's own ``config.yaml`` cut to one epoch of ``steps``
 steps (no weights saved, no tracking). Each finding with a fix is one configuration; with
-two or more, ``all-fixes`` applies every fix that does not change numerics at once. Repeats
+two or more, ``all-fixes`` applies every fix that saves time without changing numerics at
+once (memory fixes such as checkpointing trade time for bytes: they stand alone). Repeats
 alternate baseline, fix, fix..., baseline, fix...: a slow spell of the machine hits every
 configuration alike.
 """
@@ -24,12 +25,19 @@ BASELINE = "baseline"
 ALL_FIXES = "all-fixes"
 
 
-def base_config(run_dir: Path, steps: int) -> dict[str, Any]:
-    """The run's configuration, cut to ``steps`` steps of one epoch."""
+MAX_EPOCHS = 4
+"""Epochs kept when a fix is about what happens between epochs (evaluation)."""
+
+
+def base_config(run_dir: Path, steps: int, epochs: int = 1) -> dict[str, Any]:
+    """The run's configuration, cut to ``steps`` steps over at most ``epochs`` of its
+    epochs (one, unless a fix acts between epochs: then what it changes is re-run too)."""
     cfg = resolve(str(run_dir / "config.yaml"), {}).to_dict()
     cfg["out"] = None
     cfg["resume"] = cfg["overwrite"] = False
-    cfg["train"].update(epochs=1, max_steps_per_epoch=steps, save_weights=False)
+    epochs = max(1, min(epochs, int(cfg["train"]["epochs"])))
+    per_epoch = max(1, -(-steps // epochs))  # ceil: at least ``steps`` in all
+    cfg["train"].update(epochs=epochs, max_steps_per_epoch=per_epoch, save_weights=False)
     cfg["runtime"]["track"] = []
     return cfg
 
@@ -46,10 +54,10 @@ def configurations(diagnosis: Diagnosis) -> list[tuple[str, dict[str, Any], dict
         labels = {"fix": " ".join(flags), "flags": flags, "rule": f.rule,
                   "numerics": f.numerics, "measure": f.measure}  # fmt: skip
         out.append((f.rule, labels, overrides_of(f.fix)))
-        if not f.numerics:
+        if not f.numerics and f.measure != "memory":  # a memory fix may cost time
             speed.update(overrides_of(f.fix))
             speed_flags += flags
-    kept = [labels for _, labels, _ in out[1:] if not labels["numerics"]]
+    kept = [lab for _, lab, _ in out[1:] if not lab["numerics"] and lab["measure"] != "memory"]
     if len(kept) >= 2:
         # Judged on the whole run's wall time as soon as one of its fixes saves there.
         measure = "wall" if any(k["measure"] == "wall" for k in kept) else "step"
@@ -75,6 +83,7 @@ def plan_apply(
         repeats, True, device, run_dir=str(diagnosis.run_dir), steps=steps,
         findings=diagnosis.as_list(),
     )  # fmt: skip
-    base = base_config(diagnosis.run_dir, steps)
+    between = any(f.fix and f.measure == "wall" for f in diagnosis.findings)
+    base = base_config(diagnosis.run_dir, steps, MAX_EPOCHS if between else 1)
     # The run's own threads, not a shared budget: a fix may be about the threads.
     return finish_plan("doctor", base, options, runs, True, equal_cores=False)

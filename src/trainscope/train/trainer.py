@@ -92,16 +92,28 @@ def cache_dir() -> Path:
     return Path(os.environ.get("TRAINSCOPE_CACHE", Path.home() / ".cache" / "trainscope"))
 
 
+# train.optimizer_impl -> torch.optim's keywords; auto passes neither, so torch picks
+# (the for-loop on CPU, foreach on CUDA) as it did before the setting existed.
+IMPL_FLAGS: dict[str, dict[str, bool]] = {
+    "auto": {},
+    "for-loop": {"foreach": False},
+    "foreach": {"foreach": True},
+    "fused": {"fused": True},
+}
+
+
 def build_optimizer(cfg: TrainConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
     """The optimizer a TrainConfig names, over ``model``'s parameters (weight decay on
-    matrices only: see trainscope.train.schedule.param_groups)."""
+    matrices only: see trainscope.train.schedule.param_groups), run as
+    ``cfg.optimizer_impl`` says."""
     groups = param_groups(model, cfg.weight_decay)
+    impl = IMPL_FLAGS[cfg.optimizer_impl]
     if cfg.optimizer == "sgd":
-        return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum)
+        return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum, **impl)
     betas = tuple(cfg.betas) if cfg.betas else (0.9, 0.999)
     if cfg.optimizer == "adam":
-        return torch.optim.Adam(groups, lr=cfg.lr, betas=betas)
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=betas)
+        return torch.optim.Adam(groups, lr=cfg.lr, betas=betas, **impl)
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=betas, **impl)
 
 
 def _num_samples(dataset: Any) -> int | None:

@@ -40,6 +40,18 @@ __all__ = ["MISSING", "fmt_sig", "size_text"]
 _UNITS = (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10))
 
 
+def fmt_bytes(n: Any) -> str:
+    """Binary (1024-based) units: ``350000000`` -> ``"333.8 MiB"``."""
+    if isinstance(n, bool) or not isinstance(n, (int, float)) or not math.isfinite(n):
+        return MISSING
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
 def size_text(size: Any) -> str:
     """1024 -> ``"1K"``, 67108864 -> ``"64M"``, 1000 -> ``"1000"`` (the inverse of
     :func:`trainscope.collectives.bandwidth.parse_size`); not an int -> ``MISSING``."""
