@@ -133,7 +133,13 @@ def applied(case: Case, run: Path, out: Path, steps: int, repeats: int) -> dict:
     trainscope(["doctor", str(run), "--apply", "--steps", str(steps), "--repeats",
                 str(repeats), "--out", str(study), "-q", *case.doctor], cwd=case.cwd)  # fmt: skip
     record = load_study(study)
-    _, figures = doctor_rows(record)
+    rows, figures = doctor_rows(record)
+    if case.kind == "numerics":  # judged on the loss at the same step, not on time
+        loss = {r[0]: r[6] for r in rows}  # configuration -> median train loss ("–": none)
+        base, fixed = loss.get("baseline", "–"), loss.get(case.rule, "–")
+        return {"measure": "loss", "baseline": f"train loss {base}",
+                "fixed": f"train loss {fixed}", "verdict": "the loss at the same step",
+                "proven": None}  # fmt: skip
     config = next((c for c in each_config(record, "") if c.name == case.rule), None)
     if config is None:
         return {"proven": False, "verdict": "the planted rule's fix was not applied"}

@@ -23,9 +23,9 @@ def test_doctor_prints_each_finding_with_its_evidence_and_fix(
     assert out[0] == f"trainscope doctor: {run} (completed, 40 steps)"
     assert out[1].startswith("1. [major] input-bound: The model waits for batches: data wait")
     assert out[2] == "   evidence: data wait per step 3.00 ms (3.00–3.00, IQR, n=35)"
-    assert any(line.startswith("   estimated gain: with the wait hidden") for line in out)
+    assert any(line.startswith("   estimated gain: with 1 DataLoader worker") for line in out)
     assert out[-1] == (
-        f"   fix: trainscope run --config {run}/config.yaml --num-workers auto "
+        f"   fix: trainscope run --config {run}/config.yaml --num-workers 1 "
         f"--out {run}-input-bound"
     )
 

@@ -42,7 +42,8 @@ def test_a_planted_input_bound_run_is_diagnosed_input_bound(
             "--max-steps-per-epoch", "20", "--threads", "1", "--out", str(out), "-q"]  # fmt: skip
     assert main(argv) == 0
     top = diagnose(out).findings[0]
-    assert top.rule == "input-bound" and top.fix == {"--num-workers": "auto"}
+    assert top.rule == "input-bound" and list(top.fix) == ["--num-workers"]
+    assert top.fix["--num-workers"] >= 1  # within the cores the run's threads leave free
 
 
 @pytest.mark.slow

@@ -68,8 +68,24 @@ def test_input_bound(tmp_path: Path) -> None:
     run = write_run(tmp_path / "r", {**HEALTHY, "data_wait": 0.003})
     (top,) = diagnose(run).findings
     assert top.rule == "input-bound" and top.severity == "major"
-    assert top.fix == {"--num-workers": "auto"}
+    # One worker: the two cores hold the run's thread and one worker (cores - threads).
+    assert top.fix == {"--num-workers": 1}
     assert top.evidence[0] == "data wait per step 3.00 ms (3.00–3.00, IQR, n=35)"
+    assert "drop from 5.31 to about 3 ms" in top.gain  # loading (3 ms) outlasts compute
+    # Eight cores: ceil(wait / compute) = 2 workers keep up with the model.
+    cpu = {"oversubscribed": False, "cores": 8, "threads": 1, "demand_cores": 1}
+    wide = write_run(tmp_path / "w", {**HEALTHY, "data_wait": 0.003}, summary={"cpu": cpu})
+    (found,) = diagnose(wide).findings
+    assert found.fix == {"--num-workers": 2} and "to about 2.31 ms" in found.gain
+    # Loading that waits (the process used few cores: a disk, a network): as many workers
+    # as keep up, not capped at the free cores (at most 8).
+    idle = {"oversubscribed": False, "cores": 2, "threads": 1, "own_cores": 0.2}
+    io = write_run(tmp_path / "io", {**HEALTHY, "data_wait": 0.009}, summary={"cpu": idle})
+    (waiting,) = diagnose(io).findings
+    assert waiting.fix == {"--num-workers": 4} and "the loading waits" in waiting.gain
+    # Workers already there: twice as many, and the wait removed is the bound.
+    more = write_run(tmp_path / "m", {**HEALTHY, "data_wait": 0.003}, summary={"num_workers": 2})
+    assert diagnose(more).findings[0].fix == {"--num-workers": 4}
     assert top.command.startswith(f"trainscope run --config {run}/config.yaml --num-workers")
     fast = write_run(tmp_path / "f", {**HEALTHY, "data_wait": 0.003},
                      config={"data": {"loader": "fast"}})  # fmt: skip
@@ -240,3 +256,10 @@ def test_a_null_loss_is_the_non_finite_loss_strict_json_wrote(tmp_path: Path) ->
     # A data-only run has no loss at all: nothing diverged.
     quiet = write_run(tmp_path / "q", losses=[None] * 40, summary={"data_only": True})  # type: ignore[list-item]
     assert "diverged" not in rules_fired(quiet)
+
+
+def test_a_flat_loss_far_below_the_usual_lr_gets_the_usual_lr(tmp_path: Path) -> None:
+    run = write_run(tmp_path / "f", steps=120, losses=[2.3] * 120, summary={"lr": 1e-6},
+                    config={"train": {"optimizer": "adam"}})  # fmt: skip
+    (f,) = diagnose(run).findings
+    assert f.fix == {"--lr": "0.001"} and "under a tenth of adam's usual 0.001" in f.evidence[1]

@@ -25,8 +25,8 @@ def test_baseline_and_fixes_alternate(tmp_path: Path) -> None:
     configs = [BASELINE, "input-bound", "oversubscribed", ALL_FIXES]  # ranked as found
     assert measured == [f"{c}/r{k}" for k in (1, 2) for c in configs]
     by_config = {r.config: r for r in plan.runs}
-    assert by_config["input-bound"].overrides == {"data.num_workers": "auto"}
-    assert by_config[ALL_FIXES].overrides["data.num_workers"] == "auto"
+    assert by_config["input-bound"].overrides == {"data.num_workers": 1}
+    assert by_config[ALL_FIXES].overrides["data.num_workers"] == 1
     assert by_config[ALL_FIXES].overrides["runtime.threads"] == "auto"
     assert plan.base_config["train"]["max_steps_per_epoch"] == 12
     assert plan.base_config["train"]["epochs"] == 1
@@ -45,7 +45,7 @@ def test_fixes_that_change_numerics_stay_out_of_all_fixes(tmp_path: Path) -> Non
     assert overhead.labels["numerics"] is True and overhead.overrides == {"data.batch_size": 32}
     assert overhead.labels["measure"] == "sample"  # judged per sample: the batch changes
     both = next(r for r in plan.runs if r.config == ALL_FIXES)
-    assert both.overrides == {"data.num_workers": "auto", "train.optimizer_impl": "fused"}
+    assert both.overrides == {"data.num_workers": 1, "train.optimizer_impl": "fused"}
 
 
 def test_a_memory_fix_stands_alone_and_epochs_stay_for_evaluation(tmp_path: Path) -> None:

@@ -36,7 +36,12 @@ def add_parser(sub: Any) -> None:
         "times each (a study: resumable, with a report), and name the best proven fix",
     )
     p.add_argument("--steps", type=int, default=30, help="steps per re-run (default 30)")
-    p.add_argument("--repeats", type=int, default=3, help="repeats of each (default 3)")
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=5,
+        help="repeats of each (default 5: from 5 runs the spread is the IQR, not min-max)",
+    )
     p.add_argument("--out", metavar="DIR", help="the study's folder (default runs/studies/)")
     p.add_argument("--quiet", "-q", action="store_true", help="print errors only")
     g = p.add_argument_group("what the run must fit and the link its ranks use")

@@ -55,6 +55,17 @@ class RunFacts:
         part = self.config.get(section)
         return part.get(key, default) if isinstance(part, dict) else default
 
+    def free_cores(self) -> int | None:
+        """Cores this machine has beyond the run's own threads (all its processes on the
+        node); None where the record does not say."""
+        cpu = self.summary.get("cpu")
+        cpu = cpu if isinstance(cpu, dict) else {}
+        cores, threads = cpu.get("cores"), cpu.get("threads")
+        procs = cpu.get("processes_on_node", 1)
+        if not all(type(x) is int and x > 0 for x in (cores, threads, procs)):
+            return None
+        return max(0, cores - threads * procs)
+
     def share(self, stage: str) -> float | None:
         """The stage's median as a share of the median step (None when not recorded)."""
         sp = self.stages.get(stage)

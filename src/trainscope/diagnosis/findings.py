@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainscope.diagnosis.facts import RunFacts
 from trainscope.util.numfmt import fmt_sig
 from trainscope.util.spread import Spread
 
@@ -95,6 +96,22 @@ def rank(findings: list[Finding]) -> list[Finding]:
     return sorted(
         findings,
         key=lambda f: (SEVERITIES.index(f.severity), f.numerics, -(f.gain_share or 0.0), f.rule),
+    )
+
+
+def half_of_stage(
+    f: RunFacts, rule: str, stage: str, label: str, problem: str, gain: str, fix: dict
+) -> Finding:
+    """A step stage the fix is credited with halving (an estimate, said so in ``gain``)."""
+    share = f.share(stage) or 0.0
+    return Finding(
+        rule,
+        severity_of(share / 2),
+        problem,
+        [ms(f.stages[stage], label), ms(f.step_s, "step")],
+        gain,
+        fix,
+        gain_share=share / 2,
     )
 
 

@@ -12,27 +12,29 @@ import math
 import re
 from collections.abc import Callable
 
-from trainscope.comm.predict import GradTensors, predict
 from trainscope.diagnosis.facts import RunFacts
-from trainscope.diagnosis.findings import SEVERITIES, Finding, figure, ms, pct, severity_of
-from trainscope.diagnosis.memory_rules import activations_near_limit, optimizer_states_near_limit
-from trainscope.diagnosis.stragglers import (
-    analyze_stragglers,
-    read_rank_steps,
-    straggler,
-    strategy_of,
-    warmup_of,
-    world_size,
+from trainscope.diagnosis.findings import (
+    SEVERITIES,
+    Finding,
+    figure,
+    half_of_stage,
+    ms,
+    pct,
+    severity_of,
 )
-from trainscope.errors import ConfigError
+from trainscope.diagnosis.memory_rules import activations_near_limit, optimizer_states_near_limit
+from trainscope.diagnosis.stragglers import straggler
+from trainscope.diagnosis.sync_rules import ddp_overlap_lost, per_tensor_sync
 from trainscope.util.spread import spread
 
 DATA_WAIT_SHARE = 0.30
 """Data wait above this share of the step: the model waits for batches (as the profile
 study's advice, and TensorBoard's profiler plugin's 5% of the step is for GPUs that are
 far faster than the input pipeline; a CPU run waits a little at any worker count)."""
+MAX_WAITING_WORKERS = 8
+"""Workers proposed at most for loading that waits rather than computes (each is a
+process with its own memory)."""
 H2D_SHARE = 0.20
-COMM_SHARE = 0.20
 EVALUATION_WALL_SHARE = 0.30
 CHECKPOINT_WALL_SHARE = 0.10
 SETUP_WALL_SHARE = 0.50
@@ -51,6 +53,9 @@ fused implementations do the same arithmetic in a few large ones."""
 FLAT_LOSS_DROP = 0.02
 """The training loss moved by less than 2% from the first steps to the last."""
 FLAT_LOSS_MIN_STEPS = 100
+USUAL_LR = {"sgd": 0.05, "adam": 1e-3, "adamw": 1e-3}
+"""Learning rates these optimizers commonly train small models at (trainscope's recipes;
+Adam's paper default): a flat loss at under a tenth of it gets it, not just 10x more."""
 
 NON_FINITE_ERROR = re.compile(r"non-finite|\b(nan|inf)\b", re.IGNORECASE)
 """How a run's error says that its loss stopped being a number."""
@@ -60,46 +65,61 @@ SEVERITY_ORDER = list(reversed(SEVERITIES))
 """minor < moderate < major: a fix that changes numerics is at most moderate."""
 
 
+def _loading_waits(f: RunFacts, share: float) -> bool:
+    """Whether the loading waits (a disk, a network, a slow service) rather than computes:
+    the run's process used well under its threads' cores while data wait was ``share`` of
+    the step (loading that computes keeps the main thread busy through the wait)."""
+    cpu = f.summary.get("cpu") if isinstance(f.summary.get("cpu"), dict) else {}
+    own, threads = cpu.get("own_cores"), cpu.get("threads")
+    if not isinstance(own, (int, float)) or type(threads) is not int or threads < 1:
+        return False
+    return own < threads * (1 - share / 2)
+
+
+def _loader_fix(f: RunFacts, wait_s: float, step_s: float) -> tuple[dict, str, float]:
+    """More DataLoader workers (the fix, how, the step after): each worker loads a batch
+    while the model computes one, so ceil(wait / compute) of them keep up; loading that
+    computes gets no more than the cores the run's threads leave free."""
+    now = f.summary.get("num_workers")
+    now = now if type(now) is int and now >= 0 else 0
+    compute = max(step_s - wait_s, 1e-9)
+    waits = _loading_waits(f, wait_s / step_s)
+    if now:  # the wait is what is left beyond the workers: removing it is the bound
+        n, after = 2 * now, step_s - wait_s
+    else:  # the main process loads: the wait is one batch's load time
+        cap = MAX_WAITING_WORKERS if waits else f.free_cores() or 1
+        n = max(1, min(math.ceil(wait_s / compute), cap))
+        after = max(compute, wait_s / n)
+    kind = "waits (the process used few cores)" if waits else "computes"
+    how = (f"{n} DataLoader worker(s) (now {now}; the loading {kind}; each worker loads a "
+           "batch while the model computes one; --num-workers auto measures the loader "
+           "alone)")  # fmt: skip
+    return {"--num-workers": n}, how, after
+
+
 def input_bound(f: RunFacts) -> Finding | None:
-    """Data wait is a large share of the step: more workers, or the in-memory loader."""
+    """Data wait is a large share of the step: more workers, or lighter augmentation."""
     share = f.share("data_wait")
     if share is None or share < DATA_WAIT_SHARE:
         return None
     wait, step = f.stages["data_wait"], f.step_s
-    workers = f.setting("data", "num_workers", 0)
-    loader = f.setting("data", "loader", "torch")
-    if loader == "fast":
+    if f.setting("data", "loader", "torch") == "fast":
         fix, how = {"--set": "workload.augment=false"}, "lighter augmentation"
+        after = step.median - wait.median
     else:
-        fix = {"--num-workers": "auto"}
-        how = f"DataLoader workers (now {workers}; --num-workers auto measures how many)"
-    after = step.median - wait.median
+        fix, how, after = _loader_fix(f, float(wait.median), float(step.median))
+    saved = 1 - after / step.median
     return Finding(
         "input-bound",
-        severity_of(share),
+        severity_of(saved),
         f"The model waits for batches: data wait is {pct(share)} of the step "
         f"(threshold {pct(DATA_WAIT_SHARE)}).",
         [ms(wait, "data wait per step"), ms(step, "step")],
-        f"with the wait hidden by {how}, the step would drop from {1e3 * step.median:.3g} "
-        f"to about {1e3 * after:.3g} ms (the wait removed: an upper bound)",
+        f"with {how}, the step would drop from {1e3 * step.median:.3g} to about "
+        f"{1e3 * after:.3g} ms (the slower of compute and loading: a bound, as workers "
+        "also take cores)",
         fix,
-        gain_share=share,
-    )
-
-
-def _half_of_stage(
-    f: RunFacts, rule: str, stage: str, label: str, problem: str, gain: str, fix: dict
-) -> Finding:
-    """A step stage the fix is credited with halving (an estimate, said so in ``gain``)."""
-    share = f.share(stage) or 0.0
-    return Finding(
-        rule,
-        severity_of(share / 2),
-        problem,
-        [ms(f.stages[stage], label), ms(f.step_s, "step")],
-        gain,
-        fix,
-        gain_share=share / 2,
+        gain_share=saved,
     )
 
 
@@ -113,7 +133,7 @@ def h2d_unpinned(f: RunFacts) -> Finding | None:
                f"(threshold {pct(H2D_SHARE)}).")  # fmt: skip
     gain = ("pinned memory lets the copy run asynchronously; about half the copy time is "
             "the usual saving (an estimate, not measured here)")  # fmt: skip
-    return _half_of_stage(f, "h2d-unpinned", "h2d", "host-to-device per step", problem, gain,
+    return half_of_stage(f, "h2d-unpinned", "h2d", "host-to-device per step", problem, gain,
                           {"--pin-memory": True})  # fmt: skip
 
 
@@ -160,80 +180,6 @@ def checkpoint_heavy(f: RunFacts) -> Finding | None:
                        {"--checkpoint-every": 4 * every})  # fmt: skip
 
 
-def per_tensor_sync(f: RunFacts) -> Finding | None:
-    """One collective per gradient tensor takes a large share of the step."""
-    share = _own_sync_share(f)
-    strategy = f.summary.get("strategy")
-    if share is None or share < COMM_SHARE or strategy not in ("allreduce", "gather-scatter"):
-        return None
-    problem = (f"Gradient sync is {pct(share)} of the step with one collective per tensor "
-               f"(strategy {strategy}; threshold {pct(COMM_SHARE)}).")  # fmt: skip
-    modelled = _predicted_sync(f, strategy)
-    if modelled is None:
-        gain = ("DDP sends the same bytes in 25 MiB buckets and overlaps them with backward; "
-                "half the sync time is a cautious estimate (`trainscope doctor --fit DIR` or "
-                "--interconnect predicts it with the α–β model)")  # fmt: skip
-        return _half_of_stage(f, "per-tensor-sync", "comm", "gradient sync per step", problem,
-                              gain, {"--strategy": "ddp"})  # fmt: skip
-    gain, saved_s, line = modelled
-    saved = min(saved_s / f.step_s.median, share)
-    return Finding(
-        "per-tensor-sync",
-        severity_of(saved),
-        problem,
-        [ms(f.stages["comm"], "gradient sync per step"), ms(f.step_s, "step"), line],
-        gain,
-        {"--strategy": "ddp"},
-        gain_share=saved,
-    )
-
-
-def _own_sync_share(f: RunFacts) -> float | None:
-    """The sync's share of the step without the waiting for a slower rank: the least, over
-    the ranks, of their median sync time (the rank the others wait for does not wait; the
-    straggler rule speaks for the rest). Rank 0's own share where the others left nothing."""
-    share = f.share("comm")
-    if share is None or world_size(f.summary) < 2:
-        return share
-    loaded = read_rank_steps(f.path, f.summary, f.step_events)
-    if len(loaded.steps) < 2:
-        return share
-    a = analyze_stragglers(loaded.steps, strategy_of(f.summary), warmup_of(f.summary))
-    medians = [w.sync_per_step.median for w in a.waiting.values() if w.sync_per_step.ok]
-    if not medians or not f.step_s.ok or not f.step_s.median:
-        return share
-    return min(share, float(min(medians)) / float(f.step_s.median))
-
-
-def _predicted_sync(f: RunFacts, strategy: str) -> tuple[str, float, str] | None:
-    """The α–β model's per-tensor sync against DDP's exposed sync for this run's gradients
-    and ranks, when the doctor was given a link (None: no link, or no gradient sizes)."""
-    grads = f.summary.get("gradients")
-    sizes = grads.get("tensor_bytes") if isinstance(grads, dict) else None
-    world = f.summary.get("world_size")
-    if not f.link_fits or not isinstance(sizes, list) or not isinstance(world, int) or world < 2:
-        return None
-    if not sizes or not all(
-        isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in sizes
-    ):
-        return None
-    backward = f.stages.get("backward")
-    back_s = float(backward.median) if backward is not None and backward.ok else None
-    try:
-        now, ddp = predict(GradTensors("run", tuple(sizes)), world, f.link_fits,
-                           backward_s=back_s, strategies=[strategy, "ddp"])  # fmt: skip
-    except ConfigError:
-        return None  # the fits lack the op: no prediction rather than a wrong one
-    exposed = ddp.exposed_s if ddp.exposed_s is not None else ddp.comm_s
-    saved_s = max(now.comm_s - exposed, 0.0)
-    line = (f"α–β model ({f.link_where}): {now.collectives} collectives {1e3 * now.comm_s:.3g} "
-            f"ms per step; DDP {ddp.collectives} bucket(s), {1e3 * exposed:.3g} ms not hidden "
-            "behind backward")  # fmt: skip
-    gain = (f"DDP's buckets, overlapped with backward: about {1e3 * saved_s:.3g} ms less per step "
-            "by the α–β model for this run's gradients and ranks")  # fmt: skip
-    return gain, saved_s, line
-
-
 def overhead_bound(f: RunFacts) -> Finding | None:
     """A small batch: the costs paid once per step, whatever its size (the optimizer step,
     the gradient sync), are a large share of it."""
@@ -273,7 +219,7 @@ def optimizer_bound(f: RunFacts) -> Finding | None:
     gain = ("the fused implementation updates every tensor in one kernel per operation; "
             "half the optimizer time is a cautious estimate (not measured here: --apply "
             "measures it)")  # fmt: skip
-    return _half_of_stage(f, "optimizer-bound", "optimizer", "optimizer step", problem, gain,
+    return half_of_stage(f, "optimizer-bound", "optimizer", "optimizer step", problem, gain,
                           {"--optimizer-impl": "fused"})  # fmt: skip
 
 
@@ -335,15 +281,27 @@ def loss_flat(f: RunFacts) -> Finding | None:
     first, last = sorted(finite[:k])[k // 2], sorted(finite[-k:])[k // 2]
     if not first or abs(first - last) / abs(first) >= FLAT_LOSS_DROP:
         return None
-    lr = f.summary.get("lr")
+    lr, optimizer = f.summary.get("lr"), f.setting("train", "optimizer", "sgd")
+    usual = USUAL_LR.get(optimizer)
+    evidence = [f"median loss of the first {k} steps {first:.4g}, of the last {k} {last:.4g}"]
+    fix: dict[str, object] = {}
+    gain = "a higher learning rate lets it learn (check the loss: too high diverges)"
+    if isinstance(lr, (int, float)) and lr > 0:
+        far_below = usual is not None and lr < usual / 10
+        fix = {"--lr": f"{usual if far_below else lr * 10:g}"}
+        if far_below:
+            evidence.append(f"lr {lr:g}, under a tenth of {optimizer}'s usual {usual:g}")
+            gain = f"{optimizer}'s usual learning rate lets it learn (check the loss)"
+        else:
+            gain = "a learning rate ten times higher lets it learn (check the loss)"
     return Finding(
         "loss-flat",
         "major",
         f"The training loss moved by {100 * abs(first - last) / abs(first):.1f}% over "
         f"{len(finite)} steps (threshold {pct(FLAT_LOSS_DROP)}).",
-        [f"median loss of the first {k} steps {first:.4g}, of the last {k} {last:.4g}"],
-        "a learning rate ten times higher lets it learn (check the loss: too high diverges)",
-        {"--lr": f"{lr * 10:g}"} if isinstance(lr, (int, float)) and lr > 0 else {},
+        evidence,
+        gain,
+        fix,
         numerics=True,
     )
 
@@ -435,6 +393,7 @@ RULES: dict[str, Rule] = {
     "checkpoint-heavy": checkpoint_heavy,
     "per-tensor-sync": per_tensor_sync,
     "straggler": straggler,
+    "ddp-overlap-lost": ddp_overlap_lost,
     "overhead-bound": overhead_bound,
     "optimizer-bound": optimizer_bound,
     "activations-near-limit": activations_near_limit,

@@ -9,8 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from trainscope.diagnosis.rules import COMM_SHARE, DATA_WAIT_SHARE, H2D_SHARE
+from trainscope.diagnosis.rules import DATA_WAIT_SHARE, H2D_SHARE
 from trainscope.diagnosis.rules import EVALUATION_WALL_SHARE as EVALUATION_SHARE
+from trainscope.diagnosis.sync_rules import COMM_SHARE
 from trainscope.records.run_dir import STAGE_LABELS, STAGES
 from trainscope.reports.document import escape_inline
 

@@ -68,7 +68,7 @@ def configurations(diagnosis: Diagnosis) -> list[tuple[str, dict[str, Any], dict
 
 
 def plan_apply(
-    diagnosis: Diagnosis, device: Any, *, steps: int = 30, repeats: int = 3
+    diagnosis: Diagnosis, device: Any, *, steps: int = 30, repeats: int = 5
 ) -> StudyPlan:
     """The study that re-measures ``diagnosis``'s fixes (see the module's docstring)."""
     configs = configurations(diagnosis)
