@@ -10,6 +10,7 @@ interquartile ranges, min–max below 5 runs, that do not overlap).
     python benchmarks/doctor_cases.py --out /tmp/doctor-cases            # diagnose only
     python benchmarks/doctor_cases.py --out /tmp/doctor-cases --apply    # and re-measure
     python benchmarks/doctor_cases.py --out /tmp/doctor-cases --only input-bound --apply
+    python benchmarks/doctor_cases.py --out /tmp/doctor-gpu --gpu --apply   # on a CUDA GPU
 
 Needs ``../shared/data`` (MNIST's test set, Tiny Shakespeare) or ``--data DIR`` with
 ``mnist/`` and ``tinyshakespeare/``. Runs use one intra-op thread per process (the
@@ -84,6 +85,19 @@ CASES = [
     Case("healthy-gpt-char", None, "healthy", [*GPT, *STEPS, "60"]),
     Case("healthy-mnist", None, "healthy", [*MNIST, "--batch-size", "128", *STEPS, "60"]),
 ]  # fmt: skip
+
+
+GPU_CASES = [
+    Case("gpu-fp32-on-tensor-cores", "precision-for-device", "speed",
+         [*GPT, "--device", "cuda", "--precision", "fp32", "--batch-size", "64", *STEPS, "60"]),
+    Case("gpu-h2d-unpinned", "h2d-unpinned", "speed",
+         [*MNIST, "--device", "cuda", "--no-pin-memory", "--batch-size", "1024", *STEPS, "40"]),
+    Case("gpu-underused", "gpu-underused", "speed",
+         ["--device", "cuda", "--batch-size", "8", "--system-interval", "0.2", *STEPS, "400"]),
+    Case("gpu-healthy-gpt-char", None, "healthy",
+         [*GPT, "--device", "cuda", "--precision", "bf16", *STEPS, "60"]),
+]  # fmt: skip
+"""The GPU rules' planted cases (``--gpu``): not yet measured on a GPU."""
 
 
 def trainscope(args: list[str], cwd: Path | None = None, timeout: float = 900) -> str:
@@ -194,6 +208,7 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--only", nargs="*", help="case names")
+    p.add_argument("--gpu", action="store_true", help="the GPU rules' cases (needs CUDA)")
     args = p.parse_args()
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -201,7 +216,8 @@ def main() -> int:
         trainscope(["data", "mnist-split", str(args.data / "mnist"), str(out / "mnist")])
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     results, t_runs = [], 0.0
-    for case in [c for c in CASES if not args.only or c.name in args.only]:
+    cases = GPU_CASES if args.gpu else CASES
+    for case in [c for c in cases if not args.only or c.name in args.only]:
         run, seconds = planted_run(case, out, args.data.resolve())
         t_runs += seconds
         row = {"case": case.name, "kind": case.kind, "rule": case.rule, "run_s": seconds,

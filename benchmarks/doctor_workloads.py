@@ -2,8 +2,9 @@
 loads its data slowly (``--workload doctor_workloads:slow_rank``, run from this folder).
 
 The synthetic workload, except that on rank 1 (``RANK``, set by torchrun) every training
-sample takes ``DELAY_S`` longer to load, as from a slow disk or a busy host: rank 1 is a
-data-loading straggler, and the other rank waits for it at every gradient sync.
+sample takes ``DELAY_S`` longer to load (``TRAINSCOPE_SLOW_RANK_DELAY_S``), as from a slow
+disk or a busy host: rank 1 is a data-loading straggler, and the other rank waits for it
+at every gradient sync.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from trainscope.workloads.base import Workload
 from trainscope.workloads.builtin import synthetic
 
 SLOW_RANK = "1"
-DELAY_S = 0.004  # per sample: 16 ms per step at 4 samples per rank
+DELAY_S = float(os.environ.get("TRAINSCOPE_SLOW_RANK_DELAY_S", "0.004"))
+"""Per sample: 16 ms per step at 4 samples per rank (tests/reports sets 10 ms)."""
 
 
 class SlowOnOneRank(Dataset):

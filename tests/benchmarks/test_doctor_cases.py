@@ -30,7 +30,7 @@ dc = _load()
 pytestmark = pytest.mark.timeout(60)
 
 
-@pytest.mark.parametrize("case", dc.CASES, ids=lambda c: c.name)
+@pytest.mark.parametrize("case", dc.CASES + dc.GPU_CASES, ids=lambda c: c.name)
 def test_each_case_is_a_run_the_cli_accepts(case, tmp_path: Path) -> None:
     args = [a.format(data=tmp_path, out=tmp_path) for a in case.args]
     parsed = build_parser().parse_args(["run", *args, "--threads", case.threads])

@@ -25,8 +25,7 @@ def test_doctor_prints_each_finding_with_its_evidence_and_fix(
     assert out[2] == "   evidence: data wait per step 3.00 ms (3.00–3.00, IQR, n=35)"
     assert any(line.startswith("   estimated gain: with 1 DataLoader worker") for line in out)
     assert out[-1] == (
-        f"   fix: trainscope run --config {run}/config.yaml --num-workers 1 "
-        f"--out {run}-input-bound"
+        f"   fix: trainscope run --config {run}/config.yaml --num-workers 1 --out {run}-input-bound"
     )
 
 

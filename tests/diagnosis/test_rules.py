@@ -263,3 +263,21 @@ def test_a_flat_loss_far_below_the_usual_lr_gets_the_usual_lr(tmp_path: Path) ->
                     config={"train": {"optimizer": "adam"}})  # fmt: skip
     (f,) = diagnose(run).findings
     assert f.fix == {"--lr": "0.001"} and "under a tenth of adam's usual 0.001" in f.evidence[1]
+
+
+def test_gpu_underused_from_the_system_samples(tmp_path: Path) -> None:
+    def with_samples(name: str, utils: list[float], device: str = "cuda:0") -> Path:
+        run = write_run(tmp_path / name, summary={"device": device, "precision": "bf16",
+                                                  "local_batch_size": 32})  # fmt: skip
+        samples = [{"t": i, "gpus": [{"index": 0, "util_percent": u}]} for i, u in enumerate(utils)]
+        (run / "system.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
+        return run
+
+    (f,) = diagnose(with_samples("low", [20, 30, 35, 25, 30])).findings
+    assert f.rule == "gpu-underused" and f.fix == {"--batch-size": 64} and f.numerics
+    assert f.evidence[0] == "GPU utilisation 30.0% (25.0–30.0, IQR, n=5)" and f.measure == "sample"
+    assert rules_fired(with_samples("busy", [90, 95, 97, 92])) == []
+    assert rules_fired(with_samples("few", [10, 12])) == []  # two samples: too few to say
+    assert rules_fired(with_samples("cpu", [10, 12, 11, 9], device="cpu")) == [
+        "precision-for-device"
+    ]

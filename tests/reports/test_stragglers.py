@@ -296,7 +296,8 @@ def test_hosts_are_shown_when_ranks_span_machines(tmp_path: Path) -> None:
 # A real two-process run with a slow rank
 # ---------------------------------------------------------------------------------------
 
-WORKLOAD = Path(__file__).with_name("slow_rank_workload.py")
+# The benchmark's planted straggler (benchmarks/doctor_cases.py), slower here.
+WORKLOAD = Path(__file__).resolve().parents[2] / "benchmarks" / "doctor_workloads.py"
 
 
 def _trainscope(cwd: Path, *args: str, timeout: float) -> subprocess.CompletedProcess:
@@ -316,14 +317,15 @@ def _trainscope(cwd: Path, *args: str, timeout: float) -> subprocess.CompletedPr
     ],
 )
 def test_a_real_slow_rank_is_named_as_the_straggler(
-    tmp_path: Path, strategy: str, where: str
+    tmp_path: Path, strategy: str, where: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The workload is the user's own file in the current directory, found there as
     # --workload module:factory is; rank 1 sleeps 10 ms per sample, 40 ms per step: well
     # above what other work on a shared 2-core machine adds to either rank's steps.
     shutil.copy(WORKLOAD, tmp_path / WORKLOAD.name)
+    monkeypatch.setenv("TRAINSCOPE_SLOW_RANK_DELAY_S", "0.01")
     done = _trainscope(
-        tmp_path, "run", "--workload", "slow_rank_workload:factory",
+        tmp_path, "run", "--workload", "doctor_workloads:slow_rank",
         "--strategy", strategy, "--nproc", "2", "--backend", "gloo",
         "--synthetic-samples", "256", "--batch-size", "8", "--loader", "torch",
         "--num-workers", "0", "--epochs", "1", "--max-steps-per-epoch", "20",

@@ -43,6 +43,8 @@ class RunFacts:
     """The record's ``step`` lines as read (rank 0's, for rules that compare ranks)."""
     env: dict[str, Any] = field(default_factory=dict)
     """env.json: the devices and the machine (their memory)."""
+    system: list[dict[str, Any]] = field(default_factory=list)
+    """system.jsonl: the system sampler's samples (CPU, memory, GPU utilisation)."""
     memory_limit_bytes: int | None = None
     """A memory limit the user gives (``--memory-limit``); None: the device's own."""
     link_fits: dict[str, Any] = field(default_factory=dict)
@@ -150,5 +152,5 @@ def facts_of(record: RunRecord) -> RunFacts:
         unread.append("the run's wall time (summary.json wall_time_s)")
     return RunFacts(
         Path(run_dir), record.summary, record.config, step_s, stages, totals_s, wall,
-        _losses(record), unread, record.events("step"), record.env,
+        _losses(record), unread, record.events("step"), record.env, record.system,
     )  # fmt: skip

@@ -30,7 +30,7 @@ def figure(name: str, sp: Spread, unit: str = "s", scale: float = 1.0) -> str:
     """``"data wait 1.2 ms (1.1–1.4, IQR, n=35)"``: a median with its spread and n."""
     if not sp.ok:
         return f"{name}: not recorded"
-    unit_text = {"s": " s", "ms": " ms", "": ""}.get(unit, f" {unit}")
+    unit_text = {"s": " s", "ms": " ms", "": "", "%": "%"}.get(unit, f" {unit}")
     med = fmt_sig(sp.median * scale)
     if sp.n < 2 or sp.low is None or sp.high is None:
         return f"{name} {med}{unit_text} (n={sp.n})"

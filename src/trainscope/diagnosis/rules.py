@@ -25,7 +25,7 @@ from trainscope.diagnosis.findings import (
 from trainscope.diagnosis.memory_rules import activations_near_limit, optimizer_states_near_limit
 from trainscope.diagnosis.stragglers import straggler
 from trainscope.diagnosis.sync_rules import ddp_overlap_lost, per_tensor_sync
-from trainscope.util.spread import spread
+from trainscope.util.spread import Spread, spread
 
 DATA_WAIT_SHARE = 0.30
 """Data wait above this share of the step: the model waits for batches (as the profile
@@ -53,6 +53,10 @@ fused implementations do the same arithmetic in a few large ones."""
 FLAT_LOSS_DROP = 0.02
 """The training loss moved by less than 2% from the first steps to the last."""
 FLAT_LOSS_MIN_STEPS = 100
+GPU_UTIL_LOW = 50.0
+"""GPU utilisation (NVML's share of time a kernel ran) under half: TensorBoard's profiler
+plugin's rule for a larger batch."""
+GPU_MIN_SAMPLES = 3
 USUAL_LR = {"sgd": 0.05, "adam": 1e-3, "adamw": 1e-3}
 """Learning rates these optimizers commonly train small models at (trainscope's recipes;
 Adam's paper default): a flat loss at under a tenth of it gets it, not just 10x more."""
@@ -221,6 +225,44 @@ def optimizer_bound(f: RunFacts) -> Finding | None:
             "measures it)")  # fmt: skip
     return half_of_stage(f, "optimizer-bound", "optimizer", "optimizer step", problem, gain,
                           {"--optimizer-impl": "fused"})  # fmt: skip
+
+
+def _gpu_utilisation(f: RunFacts) -> Spread | None:
+    """The run's GPU's utilisation samples (percent, NVML), or None without a GPU."""
+    device = str(f.summary.get("device", ""))
+    if not device.startswith("cuda"):
+        return None
+    idx = device.partition(":")[2]
+    index = int(idx) if idx.isdigit() else 0
+    utils = [
+        g["util_percent"]
+        for sample in f.system
+        for g in (sample.get("gpus") or [] if isinstance(sample, dict) else [])
+        if isinstance(g, dict) and g.get("index") == index
+        and isinstance(g.get("util_percent"), (int, float))
+    ]  # fmt: skip
+    return spread(utils) if len(utils) >= GPU_MIN_SAMPLES else None
+
+
+def gpu_underused(f: RunFacts) -> Finding | None:
+    """The GPU is idle much of the time: a larger batch gives each launch more work."""
+    util, batch = _gpu_utilisation(f), f.summary.get("local_batch_size")
+    if util is None or not util.ok or util.median >= GPU_UTIL_LOW or type(batch) is not int:
+        return None
+    return Finding(
+        "gpu-underused",
+        "moderate",
+        f"The GPU was busy {util.median:.0f}% of the time (threshold {GPU_UTIL_LOW:.0f}%): "
+        "it waits for the host between kernels.",
+        [figure("GPU utilisation", util, "%"), ms(f.step_s, "step")],
+        f"batch {2 * batch} gives each kernel twice the work for about the same launches; "
+        "not estimated from this record (--apply measures it per sample)",
+        {"--batch-size": 2 * batch},
+        numerics=True,
+        notes=["a larger batch changes the optimisation: compare the loss at equal samples",
+               "the samples cover the whole run, evaluation and setup included"],
+        measure="sample",
+    )  # fmt: skip
 
 
 def precision_for_device(f: RunFacts) -> Finding | None:
@@ -399,6 +441,7 @@ RULES: dict[str, Rule] = {
     "activations-near-limit": activations_near_limit,
     "optimizer-states-near-limit": optimizer_states_near_limit,
     "precision-for-device": precision_for_device,
+    "gpu-underused": gpu_underused,
     "oversubscribed": oversubscribed,
     "diverged": diverged,
     "loss-flat": loss_flat,
