@@ -13,12 +13,12 @@ import pytest
 
 from tests.reports.test_stragglers import MS, make_steps, slow_data_on_rank_1, write_ranks
 from trainscope.diagnosis.facts import read_facts
+from trainscope.diagnosis.straggler_rule import straggler
 from trainscope.diagnosis.stragglers import (
     NO_STRAGGLER,
     analyze_stragglers,
     clearly_above,
     load_rank_steps,
-    straggler,
     sync_stage,
 )
 from trainscope.records.run_dir import load_run

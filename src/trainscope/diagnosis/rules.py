@@ -23,7 +23,7 @@ from trainscope.diagnosis.findings import (
     severity_of,
 )
 from trainscope.diagnosis.memory_rules import activations_near_limit, optimizer_states_near_limit
-from trainscope.diagnosis.stragglers import straggler
+from trainscope.diagnosis.straggler_rule import straggler
 from trainscope.diagnosis.sync_rules import ddp_overlap_lost, per_tensor_sync
 from trainscope.util.spread import Spread, spread
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 from trainscope.comm.predict import MIB, GradTensors, predict
 from trainscope.diagnosis.facts import RunFacts
 from trainscope.diagnosis.findings import Finding, half_of_stage, ms, pct, severity_of
+from trainscope.diagnosis.straggler_rule import straggler
 from trainscope.diagnosis.stragglers import (
     analyze_stragglers,
     read_rank_steps,
-    straggler,
     strategy_of,
     warmup_of,
     world_size,
