@@ -270,7 +270,10 @@ def test_loader_sweep_numbers_match_the_run_summaries(loader_study: Built) -> No
         row = table_row(loader_study.report, "sweep", "DataLoader", Workers=workers)
         assert row[2] == "2"
         assert row[3] == fmt_spread(sp)
-        assert float(row[3].split(" (")[0]) == pytest.approx(statistics.median(per_run), abs=6e-4)
+        # Three significant digits: within half a unit of the last one, at any magnitude (a
+        # slow machine's epoch takes more than a second).
+        shown, median = float(row[3].split(" (")[0]), statistics.median(per_run)
+        assert shown == pytest.approx(median, rel=5e-3, abs=6e-4)
         rates = [loader_study.summary(f"{config}/r{k}")["samples_per_s"] for k in (1, 2)]
         assert row[4].startswith(fmt_rate(statistics.median(rates)))
     w1 = table_row(loader_study.report, "sweep", "DataLoader", Workers="1")
