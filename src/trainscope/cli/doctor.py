@@ -12,6 +12,7 @@ import re
 import sys
 from typing import Any
 
+from trainscope.collectives.predict_cli import add_link_flags
 from trainscope.util.textsafe import terminal_text
 
 HELP = "what to fix in a run, ranked, with evidence and the fix as a command line"
@@ -50,10 +51,7 @@ def add_parser(sub: Any) -> None:
         metavar="SIZE",
         help="the memory the run must fit in, e.g. 16GiB or 512M (default: its device's)",
     )
-    g.add_argument("--fit", metavar="DIR", help="α, β fitted by a collectives study")
-    g.add_argument("--interconnect", metavar="NAME", help="a named link, e.g. nvlink4, pcie4-x16")
-    g.add_argument("--bandwidth", metavar="BW", help="link bandwidth each way, e.g. 25GB/s")
-    g.add_argument("--latency", metavar="T", help="latency per message, e.g. 10us")
+    add_link_flags(g)
     p.set_defaults(handler=cmd_doctor)
 
 

@@ -103,13 +103,9 @@ def parse_latency(text: str) -> float:
     return value
 
 
-def add_flags(p: argparse.ArgumentParser) -> None:
-    """The --predict flags of ``trainscope collectives``."""
-    g = p.add_argument_group(
-        "predict (no processes: the α–β model's cost of each strategy's gradient sync)"
-    )
-    g.add_argument("--predict", action="store_true", help="predict instead of measuring")
-    g.add_argument("--world", type=int, metavar="N", help="ranks (default: the fit's, else 8)")
+def add_link_flags(g: Any) -> None:
+    """--bandwidth, --latency, --interconnect and --fit: the link :func:`link_fits` reads
+    (``trainscope collectives --predict`` and ``trainscope doctor``)."""
     g.add_argument("--bandwidth", metavar="BW", help="link bandwidth each way, e.g. 900GB/s")
     g.add_argument("--latency", metavar="T", help="latency per message, e.g. 5us")
     g.add_argument(
@@ -118,6 +114,16 @@ def add_flags(p: argparse.ArgumentParser) -> None:
         help="a link's figures: " + ", ".join(INTERCONNECTS) + " (--bandwidth/--latency override)",
     )
     g.add_argument("--fit", metavar="DIR", help="use the α, β fitted by a collectives study")
+
+
+def add_flags(p: argparse.ArgumentParser) -> None:
+    """The --predict flags of ``trainscope collectives``."""
+    g = p.add_argument_group(
+        "predict (no processes: the α–β model's cost of each strategy's gradient sync)"
+    )
+    g.add_argument("--predict", action="store_true", help="predict instead of measuring")
+    g.add_argument("--world", type=int, metavar="N", help="ranks (default: the fit's, else 8)")
+    add_link_flags(g)
     g.add_argument(
         "--model", default=None, metavar="NAME", help="gradients of an architecture (bert-base)"
     )

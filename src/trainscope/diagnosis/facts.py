@@ -57,6 +57,14 @@ class RunFacts:
         part = self.config.get(section)
         return part.get(key, default) if isinstance(part, dict) else default
 
+    def cuda_index(self) -> int | None:
+        """The index of the run's CUDA device (``cuda`` is 0), or None off a GPU."""
+        device = str(self.summary.get("device", ""))
+        if not device.startswith("cuda"):
+            return None
+        idx = device.partition(":")[2]
+        return int(idx) if idx.isdigit() else 0
+
     def free_cores(self) -> int | None:
         """Cores this machine has beyond the run's own threads (all its processes on the
         node); None where the record does not say."""

@@ -57,12 +57,10 @@ def memory_limit(f: RunFacts) -> tuple[int, int, str] | None:
             "tensor bytes counted against the limit given",
         )
     peak = _int(f.summary.get("peak_memory_bytes"))
-    device = str(f.summary.get("device", ""))
     if peak is None:
         return None
-    if device.startswith("cuda"):
-        idx = device.partition(":")[2]
-        index = int(idx) if idx.isdigit() else 0
+    index = f.cuda_index()
+    if index is not None:
         gpus = f.env.get("gpus") if isinstance(f.env.get("gpus"), list) else []
         totals = [
             g.get("total_memory_bytes")

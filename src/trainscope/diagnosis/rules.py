@@ -229,11 +229,9 @@ def optimizer_bound(f: RunFacts) -> Finding | None:
 
 def _gpu_utilisation(f: RunFacts) -> Spread | None:
     """The run's GPU's utilisation samples (percent, NVML), or None without a GPU."""
-    device = str(f.summary.get("device", ""))
-    if not device.startswith("cuda"):
+    index = f.cuda_index()
+    if index is None:
         return None
-    idx = device.partition(":")[2]
-    index = int(idx) if idx.isdigit() else 0
     utils = [
         g["util_percent"]
         for sample in f.system

@@ -78,14 +78,8 @@ def _own_sync_share(f: RunFacts) -> float | None:
 def _predicted_sync(f: RunFacts, strategy: str) -> tuple[str, float, str] | None:
     """The α–β model's per-tensor sync against DDP's exposed sync for this run's gradients
     and ranks, when the doctor was given a link (None: no link, or no gradient sizes)."""
-    grads = f.summary.get("gradients")
-    sizes = grads.get("tensor_bytes") if isinstance(grads, dict) else None
-    world = f.summary.get("world_size")
-    if not f.link_fits or not isinstance(sizes, list) or not isinstance(world, int) or world < 2:
-        return None
-    if not sizes or not all(
-        isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in sizes
-    ):
+    sizes, world = _gradient_sizes(f), f.summary.get("world_size")
+    if not f.link_fits or sizes is None or type(world) is not int or world < 2:
         return None
     backward = f.stages.get("backward")
     back_s = float(backward.median) if backward is not None and backward.ok else None
