@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from trainscope.cli import main
-from trainscope.registry import multiprocess_names
+from trainscope.registry import STRATEGIES, multiprocess_names
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300), pytest.mark.usefixtures("one_thread")]
 
@@ -92,7 +92,9 @@ def test_an_example_in_one_process(example: str, flags: list[str], tmp_path: Pat
 
 
 @pytest.mark.parametrize("example", EXAMPLES)
-@pytest.mark.parametrize("strategy", multiprocess_names())
+@pytest.mark.parametrize(
+    "strategy", [n for n in multiprocess_names() if STRATEGIES[n].splits_batch]
+)
 def test_an_example_on_two_processes(example: str, strategy: str, tmp_path: Path) -> None:
     out = tmp_path / "run"
     summary = run_example(example, out, "--strategy", strategy, "--nproc", "2")
@@ -102,6 +104,16 @@ def test_an_example_on_two_processes(example: str, strategy: str, tmp_path: Path
     assert rank1["rank"] == 1 and rank1["status"] == "completed"
     if strategy == "fsdp":  # the CNN's model.blocks are sharded one by one; the MLP has none
         assert summary["parallel"]["sharded_blocks"] == (2 if example == "image" else 0)
+
+
+def test_a_pipeline_of_a_model_that_does_not_say_how_to_split_is_refused(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    argv = ["run", "--workload", EXAMPLES["image"], *TINY, *OPTIONS["image"],
+            "--strategy", "pipeline", "--nproc", "2", "--no-progress",
+            "--out", str(out)]  # fmt: skip
+    assert main(argv) != 0
+    error = json.loads((out / "summary.json").read_text())["error"]
+    assert "strategy pipeline splits a model at its blocks; SmallCNN does not say how" in str(error)
 
 
 @pytest.fixture(scope="module")

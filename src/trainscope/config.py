@@ -70,6 +70,12 @@ MAX_THREADS = 4096  # intra-op threads per process: far above any CPU's core cou
 # none). torchrun puts 1 there otherwise, which says nothing about what the user wanted.
 USER_OMP_ENV = "TRAINSCOPE_USER_OMP_NUM_THREADS"
 MAX_BUCKET_MB = 1024.0 * 1024.0  # 1 TiB: larger is one bucket for any model anyway
+PP_SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
+"""``--pp-schedule``: torch.distributed.pipelining's ScheduleGPipe, Schedule1F1B and
+ScheduleInterleaved1F1B (two stages per rank)."""
+PP_SPLITS = ("even", "measured")
+"""``--pp-split``: how the blocks are shared out among the stages."""
+MAX_MICROBATCHES = 4096  # beyond any batch a pipeline step splits; bounds the schedule's lists
 
 
 def checkpointing_policy(text: Any) -> tuple[str, int]:
@@ -427,6 +433,16 @@ class DistConfig:
     such buckets and all-reduce each (None: one all_reduce per gradient tensor); ddp:
     DDP's ``bucket_cap_mb`` (None: DDP's default, 25 MiB after a first bucket of 1 MiB;
     given, every bucket has this cap)."""
+    pp_stages: int | None = None
+    """pipeline: stages, one per process (None: every process of the run)."""
+    microbatches: int | None = None
+    """pipeline: microbatches each batch is cut into (None: 4); they must divide it."""
+    pp_schedule: str | None = None
+    """pipeline: gpipe | 1f1b | interleaved-1f1b (None: 1f1b)."""
+    pp_split: str | None = None
+    """pipeline: how blocks are shared out among stages: even, or measured (each block's
+    forward + backward timed on one microbatch before training, and the stages cut so
+    that the slowest is as fast as can be) (None: even)."""
 
     def __post_init__(self) -> None:
         need_choice("strategy", self.strategy, registry.strategy_names())
@@ -462,6 +478,7 @@ class DistConfig:
         if self.bucket_mb is not None:
             need_number("bucket_mb", self.bucket_mb, low=0.0, low_open=True, high=MAX_BUCKET_MB)
         self._check_strategy_options()
+        self._check_pipeline()
         need_integer("max_restarts", self.max_restarts)
         need_number("max_restarts", self.max_restarts, low=0, high=1000)
         need_number(
@@ -484,6 +501,22 @@ class DistConfig:
             raise ConfigError(
                 f"{short} applies to strategy {' or '.join(owners)}, not {self.strategy}"
             )
+
+    def _check_pipeline(self) -> None:
+        """The pipeline's own settings, and that its stages fill the run's processes."""
+        if self.pp_schedule is not None:
+            need_choice("pp_schedule", self.pp_schedule, PP_SCHEDULES)
+        if self.pp_split is not None:
+            need_choice("pp_split", self.pp_split, PP_SPLITS)
+        if self.microbatches is not None:
+            need_positive("microbatches", self.microbatches, MAX_MICROBATCHES)
+        if self.pp_stages is not None:
+            need_positive("pp_stages", self.pp_stages, MAX_MICROBATCHES)
+            if self.pp_stages != self.world_size:
+                raise ConfigError(
+                    f"--pp-stages {self.pp_stages} needs {self.pp_stages} processes (one per "
+                    f"stage); this run has nproc x nnodes = {self.world_size}"
+                )
 
     @property
     def world_size(self) -> int:

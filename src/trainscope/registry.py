@@ -76,9 +76,21 @@ class StrategyEntry:
     their last part, ``dist.bucket_mb`` as ``bucket_mb``); refused for other strategies."""
     variants: tuple[Variant, ...] = ()
     """Its configurations in the strategies study (default: one, named as the strategy)."""
+    splits_batch: bool = True
+    """Each process trains on its share of the global batch (False: a pipeline's stages
+    all see the whole batch), which must then split evenly."""
+    precheck: str | None = None
+    """``"module:function"`` taking the RunConfig and refusing, torch-free and before any
+    process starts, what this strategy cannot run (None: nothing of its own to check)."""
+    in_strategies_study: bool = True
+    """False: ``study strategies`` leaves it out (it splits the model, not the data: the
+    parallelism study compares it)."""
 
     def study_variants(self) -> tuple[Variant, ...]:
-        """Its strategies-study configurations (one named after it when none are given)."""
+        """Its strategies-study configurations (one named after it when none are given;
+        none when it is not in that study)."""
+        if not self.in_strategies_study:
+            return ()
         return self.variants or (Variant(self.name),)
 
 
@@ -96,6 +108,13 @@ def register_strategy(entry: StrategyEntry) -> StrategyEntry:
             raise ValueError(f"study configuration {v.name!r} is {taken[v.name]}'s already")
     _STRATEGIES[entry.name] = entry
     return entry
+
+
+def precheck_strategy(cfg: Any) -> None:
+    """Run the chosen strategy's own checks of a RunConfig (its ``precheck``), if any."""
+    target = _STRATEGIES[cfg.dist.strategy].precheck
+    if target:
+        load(target)(cfg)
 
 
 def unregister_strategy(name: str) -> None:
@@ -229,6 +248,13 @@ for _entry in (
                     predict=f"{_P}:predict_allreduce_bucketed",
                     predict_ops=("all_reduce",), measured_as="comm"),
         ),
+    ),
+    StrategyEntry(
+        "pipeline", f"{_S}.pipeline:PipelineStrategy", True,
+        "pipeline stages over the model's blocks, one per process; microbatches through a "
+        "gpipe, 1f1b or interleaved-1f1b schedule",
+        options=("dist.pp_stages", "dist.microbatches", "dist.pp_schedule", "dist.pp_split"),
+        precheck=f"{_S}.layout:check_pipeline", splits_batch=False, in_strategies_study=False,
     ),
 ):  # fmt: skip
     register_strategy(_entry)

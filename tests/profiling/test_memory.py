@@ -31,6 +31,27 @@ def test_saved_activations_count_each_storage_once() -> None:
     assert saved.count.autocast_weight_copies_bytes == 0
 
 
+def test_in_flight_is_what_is_saved_and_not_yet_used_by_backward() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+    one = 5 * 4 * 4 + 5 * 8 * 4  # what one microbatch of 5 saves (see above)
+    xs = [torch.randn(5, 4) for _ in range(4)]
+    # All forwards, then all backwards (GPipe's order): everything is held at once.
+    with SavedActivations(model) as gpipe:
+        outs = [model(x) for x in xs]
+        for out in outs:
+            out.sum().backward()
+    assert gpipe.count.saved_by_autograd_bytes == 4 * one
+    assert gpipe.count.peak_in_flight_bytes == 4 * one
+    # Each backward right after its forward (1F1B's steady state): one at a time. The
+    # freed memory is reused at the same addresses; those are new storages, still counted.
+    with SavedActivations(model) as one_by_one:
+        for x in xs:
+            model(x).sum().backward()
+    assert one_by_one.count.saved_by_autograd_bytes == 4 * one
+    assert one_by_one.count.peak_in_flight_bytes == one
+
+
 def test_a_view_counts_its_whole_storage() -> None:
     base = torch.randn(10, 10, requires_grad=True)
     model = nn.Identity()

@@ -63,9 +63,10 @@ def test_train_epoch_sums_stages_exactly_with_a_fake_clock():
     res = train_epoch(state, loader, timer, EpochOptions(log_every=2, on_steps=seen.extend))
     assert res.steps == 5 and res.samples == 40 and state.step == 5 and state.epoch == 1
     assert [r["step"] for r in seen] == [1, 2, 3, 4, 5]
-    # No strategy that syncs gradients by hand: no "comm" stage in the step.
+    # No strategy that syncs gradients by hand: no "comm" stage in the step; no pipeline
+    # schedule: no "pipeline_wait".
     for r in seen:
-        assert r["stages"] == {s: 1.0 for s in TRAIN_STAGES if s != "comm"}
+        assert r["stages"] == {s: 1.0 for s in TRAIN_STAGES if s not in ("comm", "pipeline_wait")}
         assert r["batch_size"] == 8
     # data_wait also holds the (real-clock) DataLoader iterator start-up.
     assert res.stage_s["forward"] == 5.0 and res.stage_s["data_wait"] >= 5.0

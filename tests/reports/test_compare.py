@@ -15,7 +15,8 @@ from trainscope.records.run_dir import STAGES as ALL_STAGES
 from trainscope.reports.compare import build_comparison, comparison_table
 
 # Stages of a one-process run: "comm" exists only with hand-written gradient sync.
-STAGES = tuple(s for s in ALL_STAGES if s not in ("comm", "checkpoint", "compile"))
+# Stages of a run without them: no hand-written sync, checkpoints, compile or pipeline.
+STAGES = tuple(s for s in ALL_STAGES if s not in ("comm", "checkpoint", "compile", "pipeline_wait"))
 
 pytestmark = pytest.mark.timeout(60)
 

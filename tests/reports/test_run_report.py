@@ -17,7 +17,8 @@ from trainscope.records.run_dir import STAGES as ALL_STAGES
 from trainscope.reports import MISSING, RunReport, build_run_report, render_tables_rich
 
 # Stages of a one-process run: "comm" exists only with hand-written gradient sync.
-STAGES = tuple(s for s in ALL_STAGES if s not in ("comm", "checkpoint", "compile"))
+# Stages of a run without them: no hand-written sync, checkpoints, compile or pipeline.
+STAGES = tuple(s for s in ALL_STAGES if s not in ("comm", "checkpoint", "compile", "pipeline_wait"))
 
 FIGURES = {"plots/stages.png", "plots/stages.svg", "plots/loss.png", "plots/loss.svg"} | {
     "plots/memory.png",

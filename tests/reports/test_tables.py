@@ -21,7 +21,8 @@ from trainscope.reports.tables import (
 )
 
 # Stages of a one-process run: "comm" exists only with hand-written gradient sync.
-STAGES = tuple(s for s in ALL_STAGES if s not in ("comm", "checkpoint", "compile"))
+# Stages of a run without them: no hand-written sync, checkpoints, compile or pipeline.
+STAGES = tuple(s for s in ALL_STAGES if s not in ("comm", "checkpoint", "compile", "pipeline_wait"))
 
 SUMMARY = {
     "status": "completed",

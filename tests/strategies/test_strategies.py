@@ -20,7 +20,7 @@ from torch import nn
 
 from trainscope.cli import main
 from trainscope.errors import ConfigError
-from trainscope.registry import multiprocess_names, strategy_names
+from trainscope.registry import STRATEGIES, multiprocess_names, strategy_names
 from trainscope.runtime.dist import DistInfo, destroy_distributed, init_distributed
 from trainscope.strategies import make_strategy
 from trainscope.strategies.base import Strategy, grads_for_sync, trainable_params
@@ -35,6 +35,9 @@ from trainscope.workloads.lenet import LeNet5
 
 CPU = torch.device("cpu")
 HAND_WRITTEN = ("gather-scatter", "allreduce")
+# A stage of their own for communication: the hand-written syncs, and the pipeline (the
+# gradient sum of parameters two stages share).
+COMM_STAGE = (*HAND_WRITTEN, "pipeline")
 
 
 def small_model(seed: int = 0) -> nn.Module:
@@ -57,10 +60,13 @@ def test_make_strategy_knows_every_configurable_name(name: str) -> None:
     assert isinstance(s, Strategy)
     assert s.name == name
     assert type(s).__bases__ == (Strategy,)  # one level deep, as the design asks
-    assert s.comm_stage is (name in HAND_WRITTEN)
+    assert s.comm_stage is (name in COMM_STAGE)
 
 
-@pytest.mark.parametrize("name", [n for n in strategy_names() if n != "dp"])
+SPLITTERS = [n for n in strategy_names() if STRATEGIES[n].splits_batch and n != "dp"]
+
+
+@pytest.mark.parametrize("name", SPLITTERS)
 @pytest.mark.parametrize(("world", "batch", "local"), [(1, 33, 33), (2, 32, 16), (4, 64, 16)])
 def test_local_batch_size_splits_the_global_batch(
     name: str, world: int, batch: int, local: int
@@ -68,12 +74,20 @@ def test_local_batch_size_splits_the_global_batch(
     assert make_strategy(name, DistInfo(world_size=world), CPU).local_batch_size(batch) == local
 
 
-@pytest.mark.parametrize("name", multiprocess_names())
+@pytest.mark.parametrize("name", [n for n in multiprocess_names() if n in SPLITTERS])
 @pytest.mark.parametrize(("world", "batch"), [(2, 33), (4, 30), (3, 1)])
 def test_uneven_split_is_a_config_error(name: str, world: int, batch: int) -> None:
     s = make_strategy(name, DistInfo(world_size=world), CPU)
     with pytest.raises(ConfigError, match=rf"global batch size {batch} .* {world} processes"):
         s.local_batch_size(batch)
+
+
+def test_a_pipeline_gives_every_stage_the_whole_batch() -> None:
+    s = make_strategy("pipeline", DistInfo(world_size=2), CPU)
+    assert s.splits_batch_across_ranks is False and s.data_shard() == (0, 1)
+    assert s.local_batch_size(32) == 32  # cut into microbatches over time, not over ranks
+    with pytest.raises(ConfigError, match="4 microbatches do not divide the batch of 30"):
+        s.local_batch_size(30)
 
 
 def test_dp_does_not_split_the_batch() -> None:
@@ -107,7 +121,7 @@ def test_describe_fields() -> None:
         d = make_strategy(name, DistInfo(), CPU).describe()
         assert {"strategy", "world_size", "backend", "comm_stage", "comm_note"} <= d.keys()
         assert d["strategy"] == name and d["world_size"] == 1 and d["backend"] is None
-        assert d["comm_stage"] is (name in HAND_WRITTEN)
+        assert d["comm_stage"] is (name in COMM_STAGE)
         assert isinstance(d["comm_note"], str) and d["comm_note"]
     dp = make_strategy("dp", DistInfo(), CPU).describe()
     assert dp["replicas"] == 1 and "one device" in dp["note"]

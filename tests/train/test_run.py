@@ -21,7 +21,8 @@ from trainscope.reports.run_report import build_run_report
 from trainscope.train.run import run
 
 # Stages of a one-process run: "comm" exists only with hand-written gradient sync.
-STAGES = tuple(s for s in ALL_STAGES if s not in ("comm", "checkpoint", "compile"))
+# Stages of a run without them: no hand-written sync, checkpoints, compile or pipeline.
+STAGES = tuple(s for s in ALL_STAGES if s not in ("comm", "checkpoint", "compile", "pipeline_wait"))
 
 SUMMARY_KEYS = {
     "status", "workload", "wall_time_s", "stages_s", "samples_per_s", "test_accuracy",

@@ -89,7 +89,7 @@ class SkippingPrecision(Precision):
     name = "fp16-like"
     skips_nonfinite_steps = True
 
-    def step(self, optimizer: torch.optim.Optimizer, clip: float = 0.0) -> None:
+    def step(self, optimizer: torch.optim.Optimizer, clip: float = 0.0, norm=None) -> None:
         grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
         if all(torch.isfinite(g).all() for g in grads):
             optimizer.step()

@@ -222,6 +222,20 @@ RUN_FLAGS: dict[str, Flag] = {
         "gradient buckets of at most MB MiB: ddp's bucket_cap_mb (default 25, the first "
         "1); allreduce flattens into them, one all_reduce each (default: one per tensor)",
     ),
+    "--pp-stages": _int(
+        "dist.pp_stages", "S", "pipeline: stages, one per process (default: all of them)"
+    ),
+    "--microbatches": _int(
+        "dist.microbatches", "M", "pipeline: microbatches per batch, dividing it (default 4)"
+    ),
+    "--pp-schedule": _value(
+        "dist.pp_schedule", "NAME", "pipeline: gpipe | 1f1b | interleaved-1f1b (default 1f1b)"
+    ),
+    "--pp-split": _value(
+        "dist.pp_split",
+        "HOW",
+        "pipeline: blocks per stage: even (default) | measured (by each block's timed cost)",
+    ),
     "--stall-timeout": _float(
         "dist.stall_timeout_s",
         "S",

@@ -18,7 +18,7 @@ from typing import Any
 from trainscope.records.run_dir import STAGES, RecordWarning, RunRecord, load_run
 from trainscope.util.spread import Spread, spread
 
-STEP_STAGES = ("data_wait", "h2d", "forward", "backward", "comm", "optimizer")
+STEP_STAGES = ("data_wait", "h2d", "forward", "backward", "comm", "pipeline_wait", "optimizer")
 """The stages of a training step, in order (the others are outside steps)."""
 
 

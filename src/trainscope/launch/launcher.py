@@ -30,6 +30,7 @@ from typing import Any
 
 import yaml
 
+from trainscope import registry
 from trainscope.config import USER_OMP_ENV, DistConfig, RunConfig
 from trainscope.errors import ConfigError, DeviceError, Terminated, TrainscopeError
 from trainscope.records import launch_outcomes
@@ -61,8 +62,10 @@ def check_launch(cfg: RunConfig) -> None:
                 f"--nproc {cfg.dist.nproc} GPU ranks asked for on this node, but it has "
                 f"{gpus} GPU(s); use --nproc {gpus} or --device cpu"
             )
+    registry.precheck_strategy(cfg)  # e.g. a pipeline's stages against the model's blocks
     world = cfg.dist.world_size
-    if cfg.data.batch_size % world:
+    splits = registry.STRATEGIES[cfg.dist.strategy].splits_batch
+    if splits and cfg.data.batch_size % world:
         # Every multi-process strategy splits the global batch evenly across ranks.
         raise ConfigError(
             f"the global batch size {cfg.data.batch_size} does not split evenly across "

@@ -123,6 +123,10 @@ class ActivationCount:
     block_inputs_bytes: int = 0
     """The blocks' inputs (each storage once): what checkpointing every block would keep
     of them instead."""
+    peak_in_flight_bytes: int = 0
+    """The most saved-for-backward bytes held at one moment of the step: what is saved
+    and not yet used by backward. One forward then one backward hold everything at once
+    (the peak is the total); a pipeline's 1F1B schedule frees microbatches as it goes."""
 
     @property
     def total_bytes(self) -> int:
@@ -130,8 +134,22 @@ class ActivationCount:
         return self.saved_by_autograd_bytes + self.selective_saved_bytes
 
 
+class _Held:
+    """A saved tensor as autograd keeps it while the probe counts: when autograd lets go
+    of it (its backward has run) the bytes leave the count of what is in flight."""
+
+    __slots__ = ("key", "owner", "t")
+
+    def __init__(self, t: torch.Tensor, owner: SavedActivations, key: tuple[str, int]) -> None:
+        self.t, self.owner, self.key = t, owner, key
+
+    def __del__(self) -> None:
+        self.owner._release(self.key)
+
+
 class SavedActivations:
-    """Context manager counting what autograd saves for backward while it is active."""
+    """Context manager counting what autograd saves for backward while it is active, and
+    the most of it held at once."""
 
     def __init__(self, model: nn.Module) -> None:
         self.model = model
@@ -144,6 +162,8 @@ class SavedActivations:
         self._inputs = StorageTally()
         self._inside = 0  # depth of block forwards running now
         self._block_hooks: list[Any] = []
+        self._held: dict[tuple[str, int], list[int]] = {}  # storage -> [holders, bytes]
+        self._in_flight = 0
 
     @torch.compiler.disable  # bookkeeping: never traced into a compiled model's graph
     def _pack(self, t: torch.Tensor) -> torch.Tensor:
@@ -156,7 +176,32 @@ class SavedActivations:
             self.count.saved_by_autograd_bytes += added
             if self._inside:
                 self.count.inside_blocks_bytes += added
+            key = _key(t)
+            if key is not None and (added or key in self._held):
+                return self._hold(t, key)
         return t
+
+    def _hold(self, t: torch.Tensor, key: tuple[str, int]) -> _Held:
+        entry = self._held.get(key)
+        if entry is None:
+            entry = self._held[key] = [0, _local(t).untyped_storage().nbytes()]
+            self._in_flight += entry[1]
+            self.count.peak_in_flight_bytes = max(self.count.peak_in_flight_bytes,
+                                                  self._in_flight)  # fmt: skip
+        entry[0] += 1
+        return _Held(t, self, key)
+
+    def _release(self, key: tuple[str, int]) -> None:
+        entry = self._held.get(key)
+        if entry is None:
+            return
+        entry[0] -= 1
+        if entry[0] == 0:
+            del self._held[key]
+            self._in_flight -= entry[1]
+            # Freed: a later tensor at the same address is another storage, and counts
+            # (a pipeline's next microbatch reuses the memory of one whose backward ran).
+            self.tally.seen.discard(key)
 
     def _watch_blocks(self) -> None:
         """Split the saved bytes at the model's blocks, for an uncheckpointed model: what
@@ -192,7 +237,7 @@ class SavedActivations:
             block._trainscope_kept = []
         if not self._blocks:
             self._watch_blocks()
-        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack)
         self._hooks.__enter__()
         return self
 
@@ -206,6 +251,10 @@ class SavedActivations:
                     self.count.selective_saved_bytes += self.tally.add(t)
             block._trainscope_kept = None
         self.count.tensors = self.tally.tensors
+
+
+def _unpack(packed: Any) -> Any:
+    return packed.t if isinstance(packed, _Held) else packed
 
 
 class _PeakTimer:
@@ -280,6 +329,7 @@ class MemoryProbe:
                 "selective_saved_bytes": act.selective_saved_bytes,
                 "autocast_weight_copies_bytes": act.autocast_weight_copies_bytes,
                 "storages": act.tensors,
+                "peak_in_flight_bytes": act.peak_in_flight_bytes,
                 **(
                     {
                         "blocks": act.blocks,

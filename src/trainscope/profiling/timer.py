@@ -60,6 +60,16 @@ class HostStageTimer:
         self._current[stage] = self._current.get(stage, 0.0) + (now - self._prev)
         self._prev = now
 
+    def mark_split(self, parts: dict[str, float], rest: str) -> None:
+        """Close the stages in ``parts`` at once: the time since the previous mark is
+        theirs (seconds measured inside it, on this clock) and ``rest``'s, the remainder."""
+        now = self._now()
+        elapsed = now - self._prev
+        for stage, seconds in parts.items():
+            self._current[stage] = self._current.get(stage, 0.0) + seconds
+        self._current[rest] = self._current.get(rest, 0.0) + elapsed - sum(parts.values())
+        self._prev = now
+
     def end_step(self) -> None:
         """Finish the step; its times become available to :meth:`resolve`."""
         self._done.append(self._current)
@@ -93,6 +103,11 @@ class CudaEventStageTimer:
     def mark(self, stage: str) -> None:
         """Record the event that closes ``stage``."""
         self._marks.append((stage, self._record()))
+
+    def mark_split(self, parts: dict[str, float], rest: str) -> None:
+        """Not on CUDA events: the parts would be host seconds inside a GPU interval
+        (a strategy that times its own parts runs under ``--timing exact``)."""
+        raise NotImplementedError("mark_split needs a host stage timer (--timing exact)")
 
     def end_step(self) -> None:
         """Queue the step's events for later reading."""
@@ -142,6 +157,11 @@ class ProgressTimer:
         """Close ``stage`` (see the wrapped timer)."""
         self.timer.mark(stage)
         self.progress.advance(self.step, f"after {stage}")
+
+    def mark_split(self, parts: dict[str, float], rest: str) -> None:
+        """Close several stages at once (see the wrapped timer)."""
+        self.timer.mark_split(parts, rest)
+        self.progress.advance(self.step, f"after {rest}")
 
     def end_step(self) -> None:
         """Finish the step (see the wrapped timer)."""

@@ -15,7 +15,7 @@ from trainscope.diagnosis.sync_rules import COMM_SHARE
 from trainscope.records.run_dir import STAGE_LABELS, STAGES
 from trainscope.reports.document import escape_inline
 
-STEP_STAGES = ("data_wait", "h2d", "forward", "backward", "comm", "optimizer")
+STEP_STAGES = ("data_wait", "h2d", "forward", "backward", "comm", "pipeline_wait", "optimizer")
 # Thresholds of the secondary rules (shares of the step or of the wall time): those the
 # doctor has too are the doctor's (one place, docs/doctor.md); setup and "other" are this
 # profile's own (the doctor's short-run rule is minor at 50%).

@@ -84,8 +84,11 @@ def stage_color(name: str) -> Any:
 
     if name == "other":  # the 11th stage: tab10 would give it setup's blue again
         return "#c7c7c7"  # light grey (tab20's), apart from the optimizer's darker grey
+    if name == "pipeline_wait":  # beyond tab10 too: tab20's light red, beside comm's
+        return "#ff9896"
     palette = colormaps["tab10"]
-    index = STAGES.index(name) if name in STAGES else len(STAGES) + len(name) % 2
+    order = [s for s in STAGES if s != "pipeline_wait"]  # the colours stages always had
+    index = order.index(name) if name in order else len(order) + len(name) % 2
     return palette(index % 10)
 
 

@@ -15,7 +15,7 @@ from trainscope.records.run_dir import RunRecord
 from trainscope.reports.tables import MISSING, fmt_float, fmt_pct, fmt_sig
 from trainscope.util.spread import Spread, differ, finite, no_difference_text
 
-TRAIN_STAGES = ("data_wait", "h2d", "forward", "backward", "comm", "optimizer")
+TRAIN_STAGES = ("data_wait", "h2d", "forward", "backward", "comm", "pipeline_wait", "optimizer")
 COMPUTE_STAGES = ("h2d", "forward", "backward", "optimizer")
 
 
@@ -305,8 +305,10 @@ def per_step_stages(record: RunRecord) -> dict[str, float]:
         steps = steps[warm:]  # steady state: the warm-up steps are reported apart
     out: dict[str, float] = {}
     for stage in TRAIN_STAGES:
-        if stage == "comm" and not any("comm" in (s.get("stages") or {}) for s in steps):
-            continue  # only hand-written gradient sync has a communication stage
+        if stage in ("comm", "pipeline_wait") and not any(
+            stage in (s.get("stages") or {}) for s in steps
+        ):
+            continue  # only hand-written sync (and a pipeline) have these stages
         m, _, _ = mean_std((s.get("stages") or {}).get(stage) for s in steps)
         out[stage] = m if m is not None else 0.0
     return out

@@ -26,10 +26,15 @@ class Strategy:
     comm_stage = False
     """True when :meth:`sync_gradients` does all gradient communication (timed exactly)."""
     comm_note = "no gradient communication (one process)"
+    runs_schedule = False
+    """True when the strategy runs forward and backward itself, microbatch by microbatch
+    (:meth:`forward_backward`, a pipeline schedule) instead of the step's own calls."""
 
     def __init__(self, info: DistInfo, device: torch.device) -> None:
         self.info = info
         self.device = device
+        self.example: Any = None
+        """Training inputs of :meth:`example_size` samples, on the device, or None."""
 
     @property
     def splits_batch_across_ranks(self) -> bool:
@@ -46,9 +51,39 @@ class Strategy:
             )
         return global_batch // world
 
+    def data_shard(self) -> tuple[int, int]:
+        """(this rank's index, the number of shards) of the training data: each rank its
+        own shard, or every rank the same batches (a pipeline's stages)."""
+        if not self.splits_batch_across_ranks:
+            return 0, 1
+        return self.info.rank, self.info.world_size
+
+    def loss_share(self) -> float | None:
+        """This rank's weight in the logged global loss, a sum over ranks (a pipeline's
+        last stage 1, its other stages 0); None: the mean over ranks, each computing a
+        loss on its share of the batch."""
+        return None
+
+    def example_size(self) -> int:
+        """Samples of training input :meth:`wrap` wants to see first (in ``example``, set
+        by the trainer), e.g. to time the model's parts; 0: none."""
+        return 0
+
     def wrap(self, model: nn.Module) -> nn.Module:
         """The model as the training step uses it (wrapped, sharded...)."""
         return model
+
+    def forward_backward(
+        self, model: nn.Module, inputs: Any, targets: torch.Tensor, loss_fn: Any, precision: Any
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """Forward, loss and backward of a whole batch, run by the strategy (only where
+        :attr:`runs_schedule`): the loss and the seconds of the step's stages it ran."""
+        raise NotImplementedError(f"strategy {self.name} does not run its own schedule")
+
+    def grad_norm(self, params: list[torch.Tensor]) -> torch.Tensor | None:
+        """The global norm of the gradients when they are spread over ranks (for
+        clipping); None: the local gradients are all of them."""
+        return None
 
     def sync_gradients(self, model: nn.Module) -> None:
         """Make every rank's gradients the global average (after backward)."""

@@ -9,11 +9,15 @@ precisions must not report fp32 numbers under a bf16 label.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from contextlib import AbstractContextManager as ContextManager
 
 import torch
 
 from trainscope.errors import DeviceError
+
+NormFn = Callable[[list[torch.Tensor]], "torch.Tensor | None"]
+"""The global gradient norm of a list of parameters, or None for their local norm."""
 
 
 class Precision:
@@ -36,11 +40,13 @@ class Precision:
         """Backpropagate the loss."""
         loss.backward()
 
-    def step(self, optimizer: torch.optim.Optimizer, clip: float = 0.0) -> None:
+    def step(
+        self, optimizer: torch.optim.Optimizer, clip: float = 0.0, norm: NormFn | None = None
+    ) -> None:
         """Take the optimizer step, the gradients' global norm clipped to ``clip`` first
-        (0: not clipped)."""
+        (0: not clipped); ``norm`` computes that norm where gradients span ranks."""
         if clip:
-            clip_gradients(optimizer, clip)
+            clip_gradients(optimizer, clip, norm)
         optimizer.step()
 
     def state_dict(self) -> dict:
@@ -116,10 +122,12 @@ class FP16(Precision):
     def backward(self, loss: torch.Tensor) -> None:
         self.scaler.scale(loss).backward()
 
-    def step(self, optimizer: torch.optim.Optimizer, clip: float = 0.0) -> None:
+    def step(
+        self, optimizer: torch.optim.Optimizer, clip: float = 0.0, norm: NormFn | None = None
+    ) -> None:
         if clip:  # clip the true gradients: unscale them first (GradScaler's recipe)
             self.scaler.unscale_(optimizer)
-            clip_gradients(optimizer, clip)
+            clip_gradients(optimizer, clip, norm)
         # GradScaler.step() already reads found_inf on the host (one sync per step), so
         # comparing the scale before and after update() adds no extra synchronisation
         # worth mentioning. The scale only drops when a step was skipped for inf/NaN.
@@ -138,11 +146,18 @@ class FP16(Precision):
             self.scaler.load_state_dict(state["scaler"])
 
 
-def clip_gradients(optimizer: torch.optim.Optimizer, max_norm: float) -> None:
+def clip_gradients(
+    optimizer: torch.optim.Optimizer, max_norm: float, norm: NormFn | None = None
+) -> None:
     """Scale the optimizer's gradients down so that their global L2 norm is at most
-    ``max_norm`` (no host sync: the norm stays on the device)."""
+    ``max_norm`` (no host sync: the norm stays on the device). ``norm`` gives the global
+    norm where it spans ranks (a pipeline's stages); None: these gradients alone."""
     params = [p for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
-    torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
+    total = norm(params) if norm is not None else None
+    if total is None:
+        torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
+    else:
+        torch.nn.utils.clip_grads_with_norm_(params, max_norm, total, foreach=True)
 
 
 _PRECISIONS: dict[str, type[Precision]] = {

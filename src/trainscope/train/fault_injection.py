@@ -22,7 +22,10 @@ from typing import Any
 from trainscope.errors import ConfigError
 
 ENV_VAR = "TRAINSCOPE_FAULT"
-STAGES = ("data_wait", "h2d", "forward", "backward", "comm", "optimizer", "checkpoint", "weights")
+STAGES = (
+    "data_wait", "h2d", "forward", "backward", "comm", "pipeline_wait", "optimizer",
+    "checkpoint", "weights",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,11 @@ class FaultTimer:
     def mark(self, stage: str) -> None:
         self.timer.mark(stage)
         self.fault.die_at(stage, self.next_step())
+
+    def mark_split(self, parts: dict[str, float], rest: str) -> None:
+        self.timer.mark_split(parts, rest)
+        for stage in (*parts, rest):
+            self.fault.die_at(stage, self.next_step())
 
     def end_step(self) -> None:
         self.timer.end_step()

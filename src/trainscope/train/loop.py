@@ -175,16 +175,26 @@ def train_step(
     inputs = move_to(inputs, state.device)  # 2. copy it to the device
     targets = targets.to(state.device, non_blocking=True)
     timer.mark("h2d")
-    with state.precision.autocast():
-        outputs = state.model(inputs)  # 3. forward
-        timer.mark("forward")
-        loss = state.loss_fn(outputs, targets)  # 4. loss + backward
-    state.precision.backward(loss)
-    timer.mark("backward")
-    if state.strategy is not None and state.strategy.comm_stage:
-        state.strategy.sync_gradients(state.model)  # 4b. average gradients across ranks
+    strategy = state.strategy
+    if strategy is not None and strategy.runs_schedule:
+        # 3-4. forward, loss and backward of every microbatch, in a pipeline schedule's
+        # order: this rank's forward and backward time, the rest waiting on other stages.
+        loss, own = strategy.forward_backward(
+            state.model, inputs, targets, state.loss_fn, state.precision
+        )
+        timer.mark_split(own, rest="pipeline_wait")
+    else:
+        with state.precision.autocast():
+            outputs = state.model(inputs)  # 3. forward
+            timer.mark("forward")
+            loss = state.loss_fn(outputs, targets)  # 4. loss + backward
+        state.precision.backward(loss)
+        timer.mark("backward")
+    if strategy is not None and strategy.comm_stage:
+        strategy.sync_gradients(state.model)  # 4b. average gradients across ranks
         timer.mark("comm")
-    state.precision.step(state.optimizer, state.grad_clip)  # 5. optimizer step (clipped)
+    norm = strategy.grad_norm if strategy is not None else None
+    state.precision.step(state.optimizer, state.grad_clip, norm)  # 5. optimizer step (clipped)
     state.optimizer.zero_grad(set_to_none=True)
     if state.scheduler is not None:
         state.scheduler.step()  # the lr of the next step
@@ -230,6 +240,9 @@ class EpochOptions:
     """One step: :func:`train_step`, or :func:`data_step` for the input pipeline alone."""
     reduce_losses: Callable[[torch.Tensor], torch.Tensor] | None = None
     """The mean over ranks of a tensor of losses (one collective per log interval)."""
+    rank_has_loss: bool = True
+    """This rank computes a loss of its own (a pipeline's last stage alone does): its
+    ``rank_loss`` is recorded beside the global one."""
     origin: float = 0.0
     """The run's clock origin (a perf_counter reading): every ``t`` counts from it."""
     checkpointer: CheckpointPolicy | None = None
@@ -314,6 +327,8 @@ class _PendingSteps:
             rec["stages"] = st
             if self.opts.reduce_losses is not None and value is not None:
                 rec["rank_loss"], rec["loss"] = value, next(glob)
+                if not self.opts.rank_has_loss:
+                    del rec["rank_loss"]
             if rec["loss"] is not None and not math.isfinite(rec["loss"]):
                 # Written as null (strict JSON); under GradScaler the step was skipped.
                 diverged = diverged or (step, rec["loss"])

@@ -17,7 +17,7 @@ from typing import Any
 
 from trainscope.records import STAGES
 
-TRAIN_STAGES = ("data_wait", "h2d", "forward", "backward", "comm", "optimizer")
+TRAIN_STAGES = ("data_wait", "h2d", "forward", "backward", "comm", "pipeline_wait", "optimizer")
 FIRST_LOSSES = 5
 """How many of the run's first step losses the summary keeps (``first_losses``)."""
 

@@ -56,16 +56,20 @@ def rank_dir(run_dir: Path, info: DistInfo, resume: bool = False) -> OwnedDir:
     return prepare_run_dir(path, overwrite=True, kind="rank")
 
 
-def make_loss_reducer(info: DistInfo) -> Callable[[torch.Tensor], torch.Tensor] | None:
-    """Mean of a tensor of losses over ranks (one all_reduce per log interval)."""
+def make_loss_reducer(
+    info: DistInfo, share: float | None = None
+) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """The global losses from every rank's (one all_reduce per log interval): the sum of
+    each rank's losses times its ``share`` (None: 1/world, the mean over ranks; a
+    pipeline's last stage 1, its other stages 0)."""
     if info.world_size == 1:
         return None
     import torch.distributed as dist
 
     def mean_over_ranks(losses: torch.Tensor) -> torch.Tensor:
-        out = losses.clone()
+        out = losses.clone() if share is None else losses * share
         dist.all_reduce(out, op=dist.ReduceOp.SUM)
-        return out / info.world_size
+        return out / info.world_size if share is None else out
 
     return mean_over_ranks
 

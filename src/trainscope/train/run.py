@@ -114,6 +114,7 @@ def _run(
     """:func:`run` once the process group (if any) exists."""
     console = console if console is not None and info.is_main else RunConsole(enabled=False)
     precision = make_precision(cfg.runtime.precision, device)
+    registry.precheck_strategy(cfg)  # as the launcher does: for a user's own torchrun
     strategy = make_strategy(cfg.dist.strategy, info, device, strategy_options(cfg.dist))
     strategy.local_batch_size(cfg.data.batch_size)  # an uneven split fails before any file
     check_options(cfg.workload)  # so does a bad workload option

@@ -49,6 +49,7 @@ from trainscope.train.record import MemoryFigures, Results, RunSummary, SetupFac
 from trainscope.train.resume import data_fingerprint, resume_into
 from trainscope.train.schedule import make_scheduler, param_groups
 from trainscope.workloads import build_workload
+from trainscope.workloads.base import example_inputs
 
 NO_VALIDATION = "no validation data: the workload has no validation split (or it is empty)"
 AFTER_WALL_NOT_TIMED = (
@@ -193,13 +194,16 @@ class Trainer:
         self.writer.log(
             "setup", seconds=own, model=facts.model, num_parameters=facts.num_parameters
         )
-        self.reduce_losses = ranks.make_loss_reducer(ctx.info)
+        self.reduce_losses = ranks.make_loss_reducer(ctx.info, ctx.strategy.loss_share())
 
     def _build_state(self) -> None:
         """The model composed (precision, checkpointing, compile, strategy) and the
         TrainState around it."""
         cfg, ctx, workload = self.cfg, self.ctx, self.workload
         self.num_parameters = sum(p.numel() for p in workload.model.parameters())
+        if ctx.strategy.example_size():  # e.g. a pipeline that times its blocks to split
+            n = ctx.strategy.example_size()
+            ctx.strategy.example = example_inputs(workload, n, ctx.device)
         model, self.composed = compose(workload.model, ctx.strategy, ctx.device, cfg.runtime)
         self.lr = cfg.train.lr * (ctx.info.world_size if cfg.dist.scale_lr else 1)
         self.state = TrainState(
@@ -221,7 +225,10 @@ class Trainer:
         # step. Data-only runs take no model step: nothing to count.
         probe_at = 2 if self.total_steps > 1 else 1  # the run's steps, as the schedule counts
         self.step_fn = data_step if cfg.train.data_only else MemoryProbe(train_step, probe_at)
-        timer = make_stage_timer(ctx.device, cfg.runtime.timing)
+        # A strategy that times its own parts of the step does so on the host clock (with
+        # a device synchronize on CUDA): the stages around them must use the same clock.
+        mode = "exact" if ctx.strategy.runs_schedule else cfg.runtime.timing
+        timer = make_stage_timer(ctx.device, mode)
         self.watch_timer = ProgressTimer(timer, self.watch) if self.watch is not None else None
         self.timer = self.watch_timer if self.watch_timer is not None else timer
         # Tests of resume and restarts make a process die at a chosen point (train.fault_injection).
@@ -268,7 +275,8 @@ class Trainer:
                 f"batch size {cfg.data.batch_size} > {n_train} training samples: one batch "
                 "per epoch"
             )
-        shard = {"rank": ctx.info.rank, "world_size": ctx.info.world_size}
+        index, shards = ctx.strategy.data_shard()  # a pipeline's ranks load the same batches
+        shard = {"rank": index, "world_size": shards}
         self.train_loader = make_loader(
             workload.train_set,
             cfg.data,
@@ -354,6 +362,7 @@ class Trainer:
             on_steps=self._on_steps,
             step_fn=self.step_fn,
             reduce_losses=self.reduce_losses,
+            rank_has_loss=self.ctx.strategy.loss_share() != 0.0,
             origin=self.ctx.origin,
             checkpointer=self.checkpointer,
             resumed=self.progress.take_resumed_epoch(),
@@ -455,6 +464,8 @@ class Trainer:
         stages = self.progress.stages
         if not self.ctx.strategy.comm_stage:
             stages.pop("comm")  # no separate communication stage: it is inside backward
+        if not self.ctx.strategy.runs_schedule:
+            stages.pop("pipeline_wait")  # only a pipeline's ranks wait on each other
         if not self.checkpointer.enabled:
             stages.pop("checkpoint")  # none asked for: the record is as it always was
         if not self.cfg.runtime.compile:

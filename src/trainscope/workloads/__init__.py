@@ -37,6 +37,30 @@ OPTION_CHECKS: dict[str, str] = {
 }
 
 
+# Built-ins whose model layout is known from their options, before anything is built
+# ("module:function" taking the options mapping and returning {"blocks": n, "heads": h,
+# "pipeline": whether strategy pipeline can split it}); the image workloads have no blocks.
+LAYOUTS: dict[str, str | None] = {
+    "digits": None,
+    "mnist": None,
+    "synthetic": None,
+    "gpt-char": "gpt:layout",
+    "text-cls": "text_cls:layout",
+}
+
+
+def workload_layout(cfg: WorkloadConfig) -> dict[str, Any] | None:
+    """A built-in workload's layout from its options ({"blocks": 0} for one without
+    blocks); None for a user's workload, whose model alone knows."""
+    if cfg.name not in LAYOUTS:
+        return None
+    spec = LAYOUTS[cfg.name]
+    if spec is None:
+        return {"blocks": 0}
+    module, _, attr = spec.partition(":")
+    return getattr(importlib.import_module(f"trainscope.workloads.{module}"), attr)(cfg.options)
+
+
 # Built-ins whose --data-dir is checked before the run folder exists and before torch is
 # imported ("module:function" taking the folder and raising DataError with what to do):
 # a folder lacking files fails in a moment, not after the start-up and a failed run.

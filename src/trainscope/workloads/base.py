@@ -48,6 +48,40 @@ def model_blocks(model: nn.Module) -> list[nn.Module]:
     return list(blocks) if blocks is not None else []
 
 
+def example_inputs(workload: Workload, n: int, device: torch.device) -> Any:
+    """The inputs of the first ``n`` training samples, collated as a loader would."""
+    from torch.utils.data import default_collate
+
+    collate = workload.collate_fn or default_collate
+    count = min(n, len(workload.train_set))  # type: ignore[arg-type]
+    inputs, _ = collate([workload.train_set[i] for i in range(count)])
+    return move_to(inputs, device)
+
+
+@dataclass(frozen=True)
+class PipelineParts:
+    """How a model splits into pipeline stages: what runs before its blocks, the blocks,
+    what runs after them (the names of the top-level modules each end uses)."""
+
+    blocks: list[nn.Module]
+    in_modules: tuple[str, ...]
+    out_modules: tuple[str, ...]
+
+
+def pipeline_parts(model: nn.Module) -> PipelineParts | None:
+    """The model's pipeline split, or None when it cannot be split into stages.
+
+    A model splits when it has ``blocks`` run one after the other on one tensor, and says
+    what runs around them: ``forward_in(inputs) -> hidden`` and ``forward_out(hidden) ->
+    outputs``, with the names of the modules each uses in ``pipeline_in`` and
+    ``pipeline_out`` (so that a stage keeps only its own parameters)."""
+    blocks = model_blocks(model)
+    needed = ("forward_in", "forward_out", "pipeline_in", "pipeline_out")
+    if not blocks or not all(hasattr(model, n) for n in needed):
+        return None
+    return PipelineParts(blocks, tuple(model.pipeline_in), tuple(model.pipeline_out))
+
+
 class ClassificationMetrics:
     """Accumulates loss, accuracy and per-class accuracy over evaluation batches.
 

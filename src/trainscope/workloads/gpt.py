@@ -128,6 +128,12 @@ def check_options(options: Mapping[str, Any]) -> None:
     _check_eval_size(eval_windows, fields["block_size"])
 
 
+def layout(options: Mapping[str, Any]) -> dict[str, Any]:
+    """Blocks and heads of the model these options make (for checks before a run)."""
+    _, fields, _ = resolve_options(options)
+    return {"blocks": fields["n_layer"], "heads": fields["n_head"], "pipeline": True}
+
+
 def resolve_options(options: Mapping[str, Any]) -> tuple[str, dict[str, Any], int]:
     """``cfg.options`` -> (preset name, GPTConfig fields except vocab_size, eval_windows).
 
@@ -267,16 +273,29 @@ class GPT(nn.Module):
         elif isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        """Next-token logits at every position of a batch of token ids (B, T), T <= block."""
+    # What runs before the first block and after the last, by module name: a pipeline
+    # puts the first on its first stage and the second on its last (strategies.pipeline).
+    pipeline_in = ("tok_emb", "pos_emb", "drop")
+    pipeline_out = ("ln_f", "head")
+
+    def forward_in(self, idx: torch.Tensor) -> torch.Tensor:
+        """Token ids (B, T), T <= block -> the first block's input (B, T, C)."""
         _, t = idx.shape
         if t > self.config.block_size:
             raise ValueError(f"sequence of {t} tokens exceeds block_size {self.config.block_size}")
         pos = torch.arange(t, device=idx.device)
-        x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))
+        return self.drop(self.tok_emb(idx) + self.pos_emb(pos))
+
+    def forward_out(self, x: torch.Tensor) -> torch.Tensor:
+        """The last block's output (B, T, C) -> next-token logits (B, T, vocab_size)."""
+        return self.head(self.ln_f(x))
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        """Next-token logits at every position of a batch of token ids (B, T), T <= block."""
+        x = self.forward_in(idx)
         for block in self.blocks:
             x = block(x)
-        return self.head(self.ln_f(x))
+        return self.forward_out(x)
 
 
 def count_params(model: nn.Module) -> int:

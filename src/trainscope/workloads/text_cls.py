@@ -111,6 +111,16 @@ def _float(key: str, value: Any, low: float, high: float | None = None) -> float
     return x
 
 
+def layout(options: Mapping[str, Any]) -> dict[str, Any]:
+    """Blocks and heads of the model these options make, where the options say (a
+    pretrained model's own config alone knows its size); not split by a pipeline yet."""
+    o = parse_options(options)
+    if o.pretrained:
+        return {"blocks": None, "heads": None, "pipeline": False}
+    layers, _, heads = SIZES[o.size]
+    return {"blocks": layers, "heads": heads, "pipeline": False}
+
+
 def parse_options(options: Mapping[str, Any]) -> TextClsOptions:
     """Check ``workload.options`` against :data:`DEFAULT_OPTIONS` and fill in the defaults.
 

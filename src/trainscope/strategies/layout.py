@@ -1,0 +1,84 @@
+"""A pipeline's layout checked before any process starts (torch-free).
+
+Everything that can be refused from the config alone is refused here, in one line:
+microbatches that do not divide the batch, a schedule that needs more microbatches, more
+stages than the model has blocks, a workload with no blocks to split, what the pipeline
+does not run yet. The launcher calls :func:`check_pipeline` before it starts torchrun;
+a run started by the user's own torchrun calls it before it writes any file.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainscope.errors import ConfigError
+from trainscope.workloads import workload_layout
+
+DEFAULT_MICROBATCHES = 4
+DEFAULT_SCHEDULE = "1f1b"
+
+
+def stages_per_rank(schedule: str) -> int:
+    """Stages each rank runs: two for the interleaved schedule, else one."""
+    return 2 if schedule.startswith("interleaved") else 1
+
+
+def theory_bubble(schedule: str, stages: int, microbatches: int) -> float:
+    """The idle fraction of a step on each rank when every stage costs the same and
+    transfers are free: (S-1)/(M+S-1), or (S-1)/(V*M+S-1) interleaved (Narayanan et al.,
+    2021, whose bubble-to-work ratios (S-1)/M and (S-1)/(VM) these are, as shares of the
+    step)."""
+    v = stages_per_rank(schedule)
+    return (stages - 1) / (v * microbatches + stages - 1)
+
+
+def check_layout(pp: int, microbatches: int, schedule: str, batch: int) -> None:
+    """Refuse a pipeline of ``pp`` stages and ``microbatches`` per ``batch`` that cannot
+    run under ``schedule``."""
+    if pp < 2:
+        raise ConfigError(f"a pipeline needs at least 2 stages (processes); got {pp}")
+    if batch % microbatches:
+        raise ConfigError(
+            f"{microbatches} microbatches do not divide the batch of {batch}: choose a "
+            "batch size that is a multiple of --microbatches"
+        )
+    if schedule == "1f1b" and microbatches < pp:
+        raise ConfigError(
+            f"schedule 1f1b needs at least as many microbatches as stages ({pp}); got "
+            f"{microbatches} (or use --pp-schedule gpipe)"
+        )
+    rounds = max(1, microbatches // pp)  # torch's interleaved schedule runs them in rounds
+    if schedule == "interleaved-1f1b" and microbatches % rounds:
+        raise ConfigError(
+            f"schedule interleaved-1f1b runs microbatches in rounds of about the {pp} "
+            f"stages: {microbatches} is not a multiple of its {rounds} rounds; choose a "
+            f"multiple of {pp}"
+        )
+
+
+def check_pipeline(cfg: Any) -> None:
+    """Refuse a pipeline run (a RunConfig) that cannot run, before any process starts."""
+    d = cfg.dist
+    pp = d.pp_stages or d.world_size
+    schedule = d.pp_schedule or DEFAULT_SCHEDULE
+    check_layout(pp, d.microbatches or DEFAULT_MICROBATCHES, schedule, cfg.data.batch_size)
+    if cfg.runtime.precision == "fp16":
+        raise ConfigError(
+            "strategy pipeline does not run fp16 (its GradScaler) yet: use bf16 or fp32"
+        )
+    if cfg.runtime.compile:
+        raise ConfigError("strategy pipeline does not run with --compile yet")
+    layout = workload_layout(cfg.workload)
+    if layout is None:
+        return  # a user's workload: its model is checked when it is built
+    name, blocks = cfg.workload.name, layout.get("blocks")
+    if blocks == 0:
+        raise ConfigError(f"workload {name} has no blocks to split into pipeline stages")
+    if not layout.get("pipeline", False):
+        raise ConfigError(f"strategy pipeline cannot split workload {name} yet")
+    need = pp * stages_per_rank(schedule)
+    if blocks < need:
+        raise ConfigError(
+            f"{need} pipeline stages ({pp} processes x {stages_per_rank(schedule)} under "
+            f"{schedule}) need at least {need} blocks; workload {name} has {blocks}"
+        )

@@ -1,0 +1,179 @@
+"""strategy pipeline on 2 and 4 gloo CPU processes: parity with one process, the bubble's
+accounting, and what a rank keeps.
+
+A 4-block character GPT on Tiny Shakespeare (the shared copy; skipped without it), k = 4
+AdamW steps with gradient clipping on, the same seed and global batch. The pipeline
+changes only the order of sums: each microbatch's loss is its own mean and the schedule
+divides gradients by M (the whole batch's mean), the tied embedding's two gradient parts
+are summed across the first and the last stage, and the clipping norm is summed over the
+stages. Measured: weights within 1e-8 of one process's, losses within 1e-6. The
+tolerances below leave a wide margin for that rounding; a missing gradient part or a
+wrong divisor moves weights by ~1e-3 (the lr) and the test fails by far.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests.strategies.test_parity import step_lines, weights
+from trainscope.cli import main
+
+STEPS = 4
+ATOL = 1e-6
+LOSS_ATOL = 1e-5
+LAUNCH_TIMEOUT = 300
+DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "tinyshakespeare"
+
+
+def _common(data: Path) -> list[str]:
+    return [
+        "run", "--workload", "gpt-char", "--data-dir", str(data),
+        "--n-layer", "4", "--n-head", "2", "--n-embd", "32", "--block-size", "16",
+        "--dropout", "0", "--set", "workload.options.eval_windows=16",
+        "--epochs", "1", "--max-steps-per-epoch", str(STEPS), "--batch-size", "16",
+        "--grad-clip", "0.05",  # small: every step is clipped, by the global norm
+        "--seed", "0", "--log-every", "1", "--device", "cpu", "--threads", "1",
+        "--set", "dist.timeout_s=60", "-q", "--no-progress",
+    ]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def pipe_run(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    """``get(*flags)``: the run directory of gpt-char with those flags, run once."""
+    if not (DATA / "input.txt").is_file():
+        pytest.skip("shared Tiny Shakespeare not present")
+    root = tmp_path_factory.mktemp("pipeline")
+    done: dict[tuple[str, ...], Path] = {}
+
+    def get(*flags: str) -> Path:
+        if flags not in done:
+            out = root / (("-".join(flags) or "single").replace("-", "_").strip("_"))
+            code = main([*_common(DATA), *flags, "--out", str(out)])
+            summary = json.loads((out / "summary.json").read_text())
+            assert code == 0 and summary["status"] == "completed", summary.get("error")
+            done[flags] = out
+        return done[flags]
+
+    return get
+
+
+def _summary(run: Path) -> dict[str, Any]:
+    return json.loads((run / "summary.json").read_text())
+
+
+LAYOUTS = {
+    "gpipe-2": ("--nproc", "2", "--pp-schedule", "gpipe", "--microbatches", "4"),
+    "1f1b-2": ("--nproc", "2", "--pp-schedule", "1f1b", "--microbatches", "4"),
+    "interleaved-2": ("--nproc", "2", "--pp-schedule", "interleaved-1f1b", "--microbatches", "4"),
+    "1f1b-4": ("--nproc", "4", "--pp-schedule", "1f1b", "--microbatches", "4"),
+    "measured-2": ("--nproc", "2", "--microbatches", "4", "--pp-split", "measured"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3 * LAUNCH_TIMEOUT)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_pipeline_trains_what_one_process_trains(layout: str, pipe_run) -> None:
+    single = pipe_run()
+    run = pipe_run("--strategy", "pipeline", *LAYOUTS[layout])
+    got, want = weights(run), weights(single)
+    assert sorted(got) == sorted(want)  # every stage's tensors, under the model's names
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], rtol=0.0, atol=ATOL, msg=name)
+    losses = [e["loss"] for e in step_lines(run / "metrics.jsonl")]
+    base = [e["loss"] for e in step_lines(single / "metrics.jsonl")]
+    assert len(losses) == len(base) == STEPS
+    assert losses == pytest.approx(base, abs=LOSS_ATOL)
+    assert abs(base[-1] - base[0]) > 100 * LOSS_ATOL  # training moved: the check has teeth
+    # Evaluation runs through every stage too: the same validation loss.
+    val = [e["val_loss"] for e in _summary(run)["epochs"]]
+    assert val == pytest.approx([e["val_loss"] for e in _summary(single)["epochs"]], abs=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3 * LAUNCH_TIMEOUT)
+def test_the_stages_of_every_rank_add_up_and_the_bubble_is_recorded(pipe_run) -> None:
+    run = pipe_run("--strategy", "pipeline", *LAYOUTS["gpipe-2"])
+    summary = _summary(run)
+    pipeline = summary["parallel"]["pipeline"]
+    assert pipeline["schedule"] == "gpipe" and pipeline["microbatches"] == 4
+    assert pipeline["spans"] == [[0, 2], [2, 4]] and pipeline["theory_bubble"] == pytest.approx(0.2)
+    assert pipeline["tied_bytes"] > 0  # the embedding tied to the head: first and last stage
+    for rank, record in enumerate([summary, _summary(run / "ranks" / "rank1")]):
+        stages = record["stages_s"]
+        assert "pipeline_wait" in stages and stages["pipeline_wait"] >= 0
+        assert sum(stages.values()) == pytest.approx(record["wall_time_s"], rel=1e-9)
+        for step in step_lines(
+            run / ("metrics.jsonl" if rank == 0 else "ranks/rank1/metrics.jsonl")
+        ):
+            assert set(step["stages"]) >= {"forward", "backward", "pipeline_wait", "comm"}
+            assert min(step["stages"].values()) >= -1e-9
+        comm = record["comm"]
+        assert comm["pipeline_steps"] == STEPS - 1  # the first step is left out
+        assert 0.0 <= comm["measured_bubble"] < 1.0
+        chunks = comm["last_step_chunks"]
+        # Each microbatch's forward and backward on this rank's stage, in time order.
+        assert sorted((k, m) for k, s, m, _, _ in chunks if k in "FB") == sorted(
+            (k, m) for k in "FB" for m in range(4)
+        )
+        assert all(s == rank for k, s, _, _, _ in chunks if k in "FB")
+        # GPipe: every forward before any backward.
+        first_b = min(a for k, _, _, a, _ in chunks if k == "B")
+        assert max(b for k, _, _, _, b in chunks if k == "F") <= first_b
+    # The loss lives on the last stage; rank 0 logs the global one it receives.
+    ranks0 = step_lines(run / "metrics.jsonl")
+    assert all("rank_loss" not in e for e in ranks0)
+    assert all("rank_loss" in e for e in step_lines(run / "ranks" / "rank1" / "metrics.jsonl"))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3 * LAUNCH_TIMEOUT)
+def test_each_rank_holds_only_its_stages(pipe_run) -> None:
+    run = pipe_run("--strategy", "pipeline", *LAYOUTS["gpipe-2"])
+    single = _summary(pipe_run())["memory"]["parameters_bytes"]
+    summary = _summary(run)
+    per_rank = [summary["memory"]["parameters_bytes"],
+                _summary(run / "ranks" / "rank1")["memory"]["parameters_bytes"]]  # fmt: skip
+    # Each rank far less than the whole; together the whole plus the tied copy on the last.
+    assert max(per_rank) < 0.75 * single
+    assert sum(per_rank) == single + summary["parallel"]["pipeline"]["tied_bytes"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3 * LAUNCH_TIMEOUT)
+def test_gpipe_holds_every_microbatch_and_1f1b_at_most_its_stages_share(pipe_run) -> None:
+    """With S = 2 stages and M = 4 microbatches, GPipe's stage 0 holds the activations of
+    all 4 at once; 1F1B's stage k holds at most S - k = 2 - k of them (the meter's peak of
+    saved-for-backward bytes in flight). Both save the same bytes over the step."""
+    gpipe = pipe_run("--strategy", "pipeline", *LAYOUTS["gpipe-2"])
+    one_f = pipe_run("--strategy", "pipeline", *LAYOUTS["1f1b-2"])
+
+    def per_rank(run: Path) -> list[dict[str, Any]]:
+        records = [_summary(run), _summary(run / "ranks" / "rank1")]
+        return [r["memory"]["activations"] for r in records]
+
+    for stage, (g, f) in enumerate(zip(per_rank(gpipe), per_rank(one_f))):
+        assert g["peak_in_flight_bytes"] == g["saved_by_autograd_bytes"]  # all 4 at once
+        assert f["saved_by_autograd_bytes"] == pytest.approx(g["saved_by_autograd_bytes"], rel=0.02)
+        per_microbatch = g["saved_by_autograd_bytes"] / 4
+        assert f["peak_in_flight_bytes"] <= (2 - stage) * per_microbatch * 1.05
+        assert f["peak_in_flight_bytes"] >= (2 - stage) * per_microbatch * 0.5
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3 * LAUNCH_TIMEOUT)
+def test_a_measured_split_records_the_costs_it_cut_by(pipe_run) -> None:
+    pipeline = _summary(pipe_run("--strategy", "pipeline", *LAYOUTS["measured-2"]))["parallel"][
+        "pipeline"
+    ]
+    costs = pipeline["measured_costs"]
+    assert pipeline["split"] == "measured" and len(costs["blocks_ms"]) == 4
+    assert all(c > 0 for c in costs["blocks_ms"]) and costs["first_ms"] > 0
+    (a, b), (c, d) = pipeline["spans"]
+    assert a == 0 and b == c and d == 4 and 0 < b < 4  # every block once, in order
