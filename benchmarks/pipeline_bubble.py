@@ -2,7 +2,7 @@
 
 Each measurement is one whole ``trainscope run --strategy pipeline --nproc S`` of a
 character GPT (gpt-char; Tiny Shakespeare from ``--data-dir``), one intra-op thread per
-process. The configurations run round-robin, ``--runs`` times each (a first round is a
+process; the single-process baseline runs with S threads (the same core budget). The configurations run round-robin, ``--runs`` times each (a first round is a
 warm-up and discarded), so a slow spell of the machine hits all of them. Per run, the
 steps after the first ``--skip`` are read from every rank's metrics.jsonl; a rank's
 bubble is its ``pipeline_wait`` over its forward + backward + pipeline_wait (the time it
@@ -43,15 +43,18 @@ def configurations(args: argparse.Namespace) -> list[tuple[str, int]]:
 def one_run(schedule: str | None, m: int, out: Path, args: argparse.Namespace) -> dict:
     """One whole run; its per-step figures read back from every rank's record."""
     cmd = [
-        "trainscope", "run", "--workload", "gpt-char", "--data-dir", args.data_dir,
+        sys.executable, "-m", "trainscope.cli", "run", "--workload", "gpt-char",
+        "--data-dir", args.data_dir,
         "--n-layer", str(args.n_layer), "--n-head", "4", "--n-embd", str(args.n_embd),
         "--block-size", str(args.block_size), "--dropout", "0",
         "--epochs", "1", "--max-steps-per-epoch", str(args.steps),
-        "--batch-size", str(args.batch_size), "--threads", "1", "--log-every", "5",
+        "--batch-size", str(args.batch_size), "--log-every", "5",
         "--no-save-weights", "--quiet", "--no-progress", "--out", str(out),
     ]  # fmt: skip
-    if schedule is not None:
-        cmd += ["--strategy", "pipeline", "--nproc", str(args.stages),
+    if schedule is None:  # the same core budget: one process with S threads
+        cmd += ["--threads", str(args.stages)]
+    else:  # S processes of one thread each
+        cmd += ["--threads", "1", "--strategy", "pipeline", "--nproc", str(args.stages),
                 "--pp-schedule", schedule, "--microbatches", str(m)]  # fmt: skip
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     files = [out / "metrics.jsonl", *sorted(out.glob("ranks/rank*/metrics.jsonl"))]

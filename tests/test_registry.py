@@ -91,7 +91,7 @@ def _help(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
 
 def test_a_registered_strategy_is_listed_checked_and_built(toy, capsys, monkeypatch) -> None:
     monkeypatch.setenv("COLUMNS", "200")
-    assert "| allreduce | pipeline | toy-sync (default single)" in _help(capsys, "run")
+    assert "| allreduce | pipeline | tp | toy-sync (default single)" in _help(capsys, "run")
     cfg = from_dict({"dist": {"strategy": "toy-sync", "nproc": 2, "bucket_mb": 4}})
     assert cfg.dist.world_size == 2  # a multi-process strategy, with its own option
     with pytest.raises(
@@ -100,7 +100,7 @@ def test_a_registered_strategy_is_listed_checked_and_built(toy, capsys, monkeypa
         from_dict({"dist": {"strategy": "fsdp", "nproc": 2, "bucket_mb": 4}})
     built = make_strategy("toy-sync", DistInfo(), torch.device("cpu"), {"dist.bucket_mb": 4})
     assert type(built).__name__ == "ToySync" and built.toy_knob == 4
-    with pytest.raises(ConfigError, match="unknown strategy 'nope'.*allreduce, pipeline, toy-sync"):
+    with pytest.raises(ConfigError, match="unknown strategy 'nope'.*allreduce, pipeline, tp, toy-sync"):
         from_dict({"dist": {"strategy": "nope"}})
 
 

@@ -439,6 +439,11 @@ class DistConfig:
     """pipeline: microbatches each batch is cut into (None: 4); they must divide it."""
     pp_schedule: str | None = None
     """pipeline: gpipe | 1f1b | interleaved-1f1b (None: 1f1b)."""
+    dp_size: int | None = None
+    """pipeline, tp: data-parallel replicas of the split model (None: 1); the processes
+    are dp_size x pp_stages (or x tp_size), replica by replica."""
+    tp_size: int | None = None
+    """tp: processes each block's layers are split over (None: every process of the run)."""
     pp_split: str | None = None
     """pipeline: how blocks are shared out among stages: even, or measured (each block's
     forward + backward timed on one microbatch before training, and the stages cut so
@@ -510,12 +515,24 @@ class DistConfig:
             need_choice("pp_split", self.pp_split, PP_SPLITS)
         if self.microbatches is not None:
             need_positive("microbatches", self.microbatches, MAX_MICROBATCHES)
-        if self.pp_stages is not None:
-            need_positive("pp_stages", self.pp_stages, MAX_MICROBATCHES)
-            if self.pp_stages != self.world_size:
+        dp = 1
+        if self.dp_size is not None:
+            need_positive("dp_size", self.dp_size, MAX_MICROBATCHES)
+            dp = self.dp_size
+            if self.world_size % dp:
                 raise ConfigError(
-                    f"--pp-stages {self.pp_stages} needs {self.pp_stages} processes (one per "
-                    f"stage); this run has nproc x nnodes = {self.world_size}"
+                    f"--dp-size {dp} does not divide the {self.world_size} processes "
+                    "(nproc x nnodes)"
+                )
+        for key, flag in (("tp_size", "--tp-size"), ("pp_stages", "--pp-stages")):
+            value = getattr(self, key)
+            if value is None:
+                continue
+            need_positive(key, value, MAX_MICROBATCHES)
+            if value * dp != self.world_size:
+                raise ConfigError(
+                    f"{flag} {value} x {dp} data-parallel replica(s) = {value * dp} processes; "
+                    f"this run has nproc x nnodes = {self.world_size}"
                 )
 
     @property

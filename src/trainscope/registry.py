@@ -253,8 +253,16 @@ for _entry in (
         "pipeline", f"{_S}.pipeline:PipelineStrategy", True,
         "pipeline stages over the model's blocks, one per process; microbatches through a "
         "gpipe, 1f1b or interleaved-1f1b schedule",
-        options=("dist.pp_stages", "dist.microbatches", "dist.pp_schedule", "dist.pp_split"),
+        options=("dist.pp_stages", "dist.microbatches", "dist.pp_schedule", "dist.pp_split",
+                 "dist.dp_size"),
         precheck=f"{_S}.layout:check_pipeline", splits_batch=False, in_strategies_study=False,
+    ),
+    StrategyEntry(
+        "tp", f"{_S}.tensor_parallel:TensorParallelStrategy", True,
+        "tensor parallelism: every block's attention and MLP split over the processes "
+        "(column- then row-split layers, all-reduces inside each block)",
+        options=("dist.tp_size", "dist.dp_size"),
+        precheck=f"{_S}.layout:check_tp", splits_batch=False, in_strategies_study=False,
     ),
 ):  # fmt: skip
     register_strategy(_entry)

@@ -73,6 +73,8 @@ LAYOUTS = {
     "interleaved-2": ("--nproc", "2", "--pp-schedule", "interleaved-1f1b", "--microbatches", "4"),
     "1f1b-4": ("--nproc", "4", "--pp-schedule", "1f1b", "--microbatches", "4"),
     "measured-2": ("--nproc", "2", "--microbatches", "4", "--pp-split", "measured"),
+    # 2D: two replicas of a 2-stage pipeline, each on half of the batch.
+    "dp2-pp2": ("--nproc", "4", "--dp-size", "2", "--microbatches", "2"),
 }
 
 
@@ -177,3 +179,16 @@ def test_a_measured_split_records_the_costs_it_cut_by(pipe_run) -> None:
     assert all(c > 0 for c in costs["blocks_ms"]) and costs["first_ms"] > 0
     (a, b), (c, d) = pipeline["spans"]
     assert a == 0 and b == c and d == 4 and 0 < b < 4  # every block once, in order
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3 * LAUNCH_TIMEOUT)
+def test_two_replicas_of_a_pipeline_record_their_grid(pipe_run) -> None:
+    run = pipe_run("--strategy", "pipeline", *LAYOUTS["dp2-pp2"])
+    summary = _summary(run)
+    assert summary["parallel"]["pipeline"]["dp_size"] == 2
+    assert summary["local_batch_size"] == 8 and summary["world_size"] == 4
+    # Ranks 0, 1 are replica 0's stages, 2, 3 replica 1's: the last stages hold the loss.
+    for rank, has_loss in ((1, True), (2, False), (3, True)):
+        lines = step_lines(run / "ranks" / f"rank{rank}" / "metrics.jsonl")
+        assert all(("rank_loss" in e) is has_loss for e in lines)

@@ -222,6 +222,15 @@ RUN_FLAGS: dict[str, Flag] = {
         "gradient buckets of at most MB MiB: ddp's bucket_cap_mb (default 25, the first "
         "1); allreduce flattens into them, one all_reduce each (default: one per tensor)",
     ),
+    "--dp-size": _int(
+        "dist.dp_size",
+        "D",
+        "pipeline, tp: data-parallel replicas of the split model (default 1); the processes "
+        "are D x stages (or D x tp-size)",
+    ),
+    "--tp-size": _int(
+        "dist.tp_size", "T", "tp: processes each block is split over (default: all of them)"
+    ),
     "--pp-stages": _int(
         "dist.pp_stages", "S", "pipeline: stages, one per process (default: all of them)"
     ),

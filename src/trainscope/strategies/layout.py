@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainscope.errors import ConfigError
+from trainscope.strategies.grid import check_grid
 from trainscope.workloads import workload_layout
 
 DEFAULT_MICROBATCHES = 4
@@ -56,24 +57,62 @@ def check_layout(pp: int, microbatches: int, schedule: str, batch: int) -> None:
         )
 
 
+def _replica_batch(batch: int, dp: int) -> int:
+    """Each data-parallel replica's share of the batch; refused when it does not split."""
+    if batch % dp:
+        raise ConfigError(
+            f"the global batch size {batch} does not split evenly across the {dp} "
+            f"data-parallel replicas: choose a multiple of {dp}"
+        )
+    return batch // dp
+
+
+def _common(cfg: Any, strategy: str) -> dict[str, Any] | None:
+    """What neither model-splitting strategy runs yet, and the workload's layout."""
+    if cfg.runtime.precision == "fp16":
+        raise ConfigError(
+            f"strategy {strategy} does not run fp16 (its GradScaler) yet: use bf16 or fp32"
+        )
+    if cfg.runtime.compile:
+        raise ConfigError(f"strategy {strategy} does not run with --compile yet")
+    layout = workload_layout(cfg.workload)
+    if layout is not None and layout.get("blocks") == 0:
+        raise ConfigError(f"workload {cfg.workload.name} has no blocks to split")
+    return layout
+
+
+def check_tp(cfg: Any) -> None:
+    """Refuse a tensor-parallel run (a RunConfig) that cannot run, before any process
+    starts: fewer than 2 processes, heads that do not divide by them."""
+    tp, dp = check_grid(cfg.dist.world_size, cfg.dist.tp_size, cfg.dist.dp_size, "--tp-size")
+    _replica_batch(cfg.data.batch_size, dp)
+    if tp < 2:
+        raise ConfigError(f"tensor parallelism needs at least 2 processes; got {tp}")
+    layout = _common(cfg, "tp")
+    if layout is None:
+        return  # a user's workload: its model is checked when it is built
+    name = cfg.workload.name
+    if not layout.get("tp", False):
+        raise ConfigError(f"strategy tp cannot split workload {name} yet")
+    heads = layout.get("heads")
+    if heads and heads % tp:
+        raise ConfigError(
+            f"tensor parallelism splits attention by heads: workload {name}'s {heads} heads "
+            f"do not divide by {tp} processes"
+        )
+
+
 def check_pipeline(cfg: Any) -> None:
     """Refuse a pipeline run (a RunConfig) that cannot run, before any process starts."""
     d = cfg.dist
-    pp = d.pp_stages or d.world_size
+    pp, dp = check_grid(d.world_size, d.pp_stages, d.dp_size, "--pp-stages")
     schedule = d.pp_schedule or DEFAULT_SCHEDULE
-    check_layout(pp, d.microbatches or DEFAULT_MICROBATCHES, schedule, cfg.data.batch_size)
-    if cfg.runtime.precision == "fp16":
-        raise ConfigError(
-            "strategy pipeline does not run fp16 (its GradScaler) yet: use bf16 or fp32"
-        )
-    if cfg.runtime.compile:
-        raise ConfigError("strategy pipeline does not run with --compile yet")
-    layout = workload_layout(cfg.workload)
+    batch = _replica_batch(cfg.data.batch_size, dp)
+    check_layout(pp, d.microbatches or DEFAULT_MICROBATCHES, schedule, batch)
+    layout = _common(cfg, "pipeline")
     if layout is None:
         return  # a user's workload: its model is checked when it is built
     name, blocks = cfg.workload.name, layout.get("blocks")
-    if blocks == 0:
-        raise ConfigError(f"workload {name} has no blocks to split into pipeline stages")
     if not layout.get("pipeline", False):
         raise ConfigError(f"strategy pipeline cannot split workload {name} yet")
     need = pp * stages_per_rank(schedule)

@@ -36,6 +36,7 @@ from torch import nn
 from trainscope.config import PP_SCHEDULES
 from trainscope.errors import ConfigError
 from trainscope.strategies.base import Strategy
+from trainscope.strategies.grid import Grid, average_over_replicas, check_grid, make_grid
 from trainscope.strategies.layout import (
     DEFAULT_MICROBATCHES,
     DEFAULT_SCHEDULE,
@@ -87,18 +88,15 @@ class PipelineStrategy(Strategy):
     def __init__(
         self, info: Any, device: torch.device, pp_stages: int | None = None,
         microbatches: int | None = None, pp_schedule: str | None = None,
-        pp_split: str | None = None,
+        pp_split: str | None = None, dp_size: int | None = None,
     ) -> None:  # fmt: skip
         super().__init__(info, device)
-        self.pp = pp_stages or info.world_size
-        if info.world_size != self.pp:
-            raise ConfigError(
-                f"--pp-stages {self.pp} needs {self.pp} processes; this run has {info.world_size}"
-            )
+        self.pp, self.dp = check_grid(info.world_size, pp_stages, dp_size, "--pp-stages")
+        self.grid = Grid(self.dp, self.pp, info.rank)  # its process groups come in wrap()
         self.microbatches = microbatches or DEFAULT_MICROBATCHES
         self.schedule_name = pp_schedule or DEFAULT_SCHEDULE
         self.split = pp_split or "even"
-        self.pp_rank = info.rank
+        self.pp_rank = self.grid.inner_rank
         self.carved: Carved | None = None
         self.microbatch_size = 0
         self.costs: dict[str, Any] | None = None
@@ -116,20 +114,27 @@ class PipelineStrategy(Strategy):
         return False
 
     def local_batch_size(self, global_batch: int) -> int:
-        check_layout(self.pp, self.microbatches, self.schedule_name, global_batch)
-        self.microbatch_size = global_batch // self.microbatches
-        return global_batch
+        """The replica's share of the batch (all of it without data parallelism)."""
+        if global_batch % self.dp:
+            raise ConfigError(
+                f"the global batch size {global_batch} does not split evenly across the "
+                f"{self.dp} data-parallel replicas: choose a multiple of {self.dp}"
+            )
+        local = global_batch // self.dp
+        check_layout(self.pp, self.microbatches, self.schedule_name, local)
+        self.microbatch_size = local // self.microbatches
+        return local
 
     def example_size(self) -> int:
         """One microbatch, to time the blocks on when the split is measured."""
         return self.microbatch_size if self.split == "measured" else 0
 
     def data_shard(self) -> tuple[int, int]:
-        return 0, 1  # every rank loads the same batches
+        return self.grid.dp_rank, self.dp  # every stage of a replica loads its batches
 
     def loss_share(self) -> float:
-        """The losses live on the last stage alone."""
-        return 1.0 if self._has_last else 0.0
+        """The losses live on the last stages alone (one per replica)."""
+        return 1.0 / self.dp if self._has_last else 0.0
 
     # --- the model -------------------------------------------------------------------
 
@@ -148,9 +153,10 @@ class PipelineStrategy(Strategy):
             spans = self._measured_split(model, parts, n_stages)
         else:
             spans = split_even(len(parts.blocks), n_stages)
-        self.carved = carve(model, parts, spans, self.pp_rank, self.pp, list(range(self.pp)))
+        self.grid = make_grid(self.info.rank, self.dp, self.pp)
+        self.carved = carve(model, parts, spans, self.pp_rank, self.pp, self._tied_group)
         stages = [
-            PipelineStage(stage, k, n_stages, self.device)
+            PipelineStage(stage, k, n_stages, self.device, group=self.grid.inner_group)
             for stage, k in zip(self.carved.stages, self.carved.stage_ids)
         ]
         for pipe_stage in stages:
@@ -179,6 +185,18 @@ class PipelineStrategy(Strategy):
         self.costs = {"blocks_ms": [1e3 * c for c in blocks],
                       "first_ms": 1e3 * ends[0], "last_ms": 1e3 * ends[1]}  # fmt: skip
         return split_by_cost(blocks, n_stages, ends)
+
+    def _tied_group(self, ranks: tuple[int, ...]) -> Any:
+        """The process group of this replica's stages ``ranks`` (pipeline places), made
+        for every replica alike: ``new_group`` is collective over the world."""
+        import torch.distributed as dist
+
+        mine = None
+        for d in range(self.dp):
+            group = dist.new_group([d * self.pp + r for r in ranks])
+            if d == self.grid.dp_rank:
+                mine = group
+        return mine
 
     def _make_schedule(self, stages: list[Any]) -> Any:
         from torch.distributed import pipelining
@@ -225,8 +243,11 @@ class PipelineStrategy(Strategy):
         return loss, {"forward": f, "backward": b + loss_s}
 
     def sync_gradients(self, model: nn.Module) -> None:
+        """Tied parameters' gradients summed between their stages; then, with data
+        parallelism, every gradient averaged over the replicas."""
         assert self.carved is not None
         self.carved.tied.sync()
+        average_over_replicas([p for p in model.parameters() if p.requires_grad], self.grid)
 
     def grad_norm(self, params: list[torch.Tensor]) -> torch.Tensor:
         """The global L2 norm of every stage's gradients: each tied parameter counted once
@@ -239,7 +260,7 @@ class PipelineStrategy(Strategy):
         sq = torch.zeros((), device=self.device, dtype=torch.float32)
         for g in grads:
             sq = sq + g.detach().float().pow(2).sum()
-        dist.all_reduce(sq)
+        dist.all_reduce(sq, group=self.grid.inner_group)  # replicas hold the same gradients
         return sq.sqrt()
 
     # --- evaluation: one forward through every rank ----------------------------------
@@ -256,11 +277,12 @@ class PipelineStrategy(Strategy):
             if stage_rank(k, self.pp) != self.pp_rank:
                 continue
             if k > 0:
-                x = _recv(stage_rank(k - 1, self.pp), self.device)
+                x = _recv(self.grid.global_rank(stage_rank(k - 1, self.pp)), self.device)
             x = mine[k](x)
             if k + 1 < n:
-                _send(x, stage_rank(k + 1, self.pp))
-        return _broadcast(x if self._has_last else None, stage_rank(n - 1, self.pp), self.device)
+                _send(x, self.grid.global_rank(stage_rank(k + 1, self.pp)))
+        last = self.grid.global_rank(stage_rank(n - 1, self.pp))
+        return _broadcast(x if self._has_last else None, last, self.device, self.grid.inner_group)
 
     # --- the record ------------------------------------------------------------------
 
@@ -271,8 +293,12 @@ class PipelineStrategy(Strategy):
 
         assert self.carved is not None
         whole = self.unwrap(model)
-        own = {k: v.detach().cpu() for k, v in whole.state_dict(keep_vars=True).items()
-               if k in self.carved.keeps and self.carved.owner.get(k) == self.pp_rank}  # fmt: skip
+        carved, first_replica = self.carved, self.grid.dp_rank == 0  # replicas are alike
+        own = {
+            k: v.detach().cpu()
+            for k, v in whole.state_dict(keep_vars=True).items()
+            if first_replica and k in carved.keeps and carved.owner.get(k) == self.pp_rank
+        }
         gathered: list[Any] = [None] * self.info.world_size
         dist.all_gather_object(gathered, own)  # between this run's own ranks
         names = self.carved.names
@@ -286,6 +312,7 @@ class PipelineStrategy(Strategy):
         carved = self.carved
         out["pipeline"] = {
             "stages": self.pp,
+            "dp_size": self.dp,
             "microbatches": self.microbatches,
             "schedule": self.schedule_name,
             "stages_per_rank": stages_per_rank(self.schedule_name),
@@ -409,12 +436,14 @@ def _recv(src: int, device: torch.device) -> torch.Tensor:
     return x
 
 
-def _broadcast(x: torch.Tensor | None, src: int, device: torch.device) -> torch.Tensor:
+def _broadcast(
+    x: torch.Tensor | None, src: int, device: torch.device, group: Any = None
+) -> torch.Tensor:
     import torch.distributed as dist
 
     header = _header(x).to(device) if x is not None else torch.empty(
         _HEADER, dtype=torch.int64, device=device)  # fmt: skip
-    dist.broadcast(header, src)
+    dist.broadcast(header, src, group=group)
     out = x.contiguous() if x is not None else _empty_from(header.cpu(), device)
-    dist.broadcast(out, src)
+    dist.broadcast(out, src, group=group)
     return out

@@ -18,6 +18,7 @@ Megatron-LM does for its tied embedding.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -194,11 +195,11 @@ class Carved:
 
 def carve(
     model: nn.Module, parts: PipelineParts, spans: list[tuple[int, int]], rank: int,
-    pp_size: int, pp_ranks: list[int],
+    pp_size: int, new_group: Callable[[tuple[int, ...]], object],
 ) -> Carved:  # fmt: skip
     """Cut ``model`` into stages over ``spans``; keep this pipeline rank's (``rank`` in
-    0..pp_size-1); drop and empty the rest. ``pp_ranks`` are the global ranks of this
-    pipeline, for the process groups of tied parameters (made on every rank alike)."""
+    0..pp_size-1); drop and empty the rest. ``new_group(places)`` makes the process group
+    of the pipeline places that share a tied parameter (called on every rank alike)."""
     n = len(spans)
     names = list(model.state_dict().keys())
     stages = {k: StageModule(model, parts, spans[k], k == 0, k == n - 1) for k in range(n)}
@@ -216,19 +217,13 @@ def carve(
         ranks = tuple(sorted(users.get(id(p), ())))
         if len(ranks) > 1 and id(p) not in seen:
             seen.add(id(p))
-            group = _new_group([pp_ranks[r] for r in ranks])  # every rank, in one order
+            group = new_group(ranks)  # on every rank, in one order
             if rank in ranks:
                 tied.groups.append((p, ranks, group))
     mine = [k for k in range(n) if stage_rank(k, pp_size) == rank]
     _drop_the_rest(model, parts, [spans[k] for k in mine], keep={id(t) for k in mine for t in
                    [*stages[k].parameters(), *stages[k].buffers()]})  # fmt: skip
     return Carved([stages[k] for k in mine], mine, n, spans, owner, keeps, tied, names)
-
-
-def _new_group(ranks: list[int]) -> object:
-    import torch.distributed as dist
-
-    return dist.new_group(ranks)
 
 
 def _drop_the_rest(

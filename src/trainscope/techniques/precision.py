@@ -156,8 +156,14 @@ def clip_gradients(
     total = norm(params) if norm is not None else None
     if total is None:
         torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
-    else:
-        torch.nn.utils.clip_grads_with_norm_(params, max_norm, total, foreach=True)
+        return
+    # clip_grad_norm_'s own rule, applied to each rank's local gradients (plain tensors
+    # and DTensor shards alike: one foreach over both kinds would mix them).
+    coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
+    for p in params:
+        grad = p.grad
+        local = grad.to_local() if hasattr(grad, "to_local") else grad
+        local.mul_(coef.to(local.device))
 
 
 _PRECISIONS: dict[str, type[Precision]] = {

@@ -1,4 +1,5 @@
-"""Learning-rate schedules as one pure function of the step, and the optimizer's groups.
+"""Learning-rate schedules as one pure function of the step, the optimizer's groups, and
+the optimizer itself.
 
 ``lr_factor`` multiplies the configured lr; ``torch.optim.lr_scheduler.LambdaLR`` applies
 it, stepped once per optimizer step, so a checkpoint resumes it from its step count
@@ -22,6 +23,10 @@ from __future__ import annotations
 
 import math
 from typing import Any
+
+import torch
+
+from trainscope.config import TrainConfig
 
 ONE_CYCLE_START = 1 / 25  # OneCycleLR's div_factor
 ONE_CYCLE_END = ONE_CYCLE_START / 1e4  # its final_div_factor
@@ -92,3 +97,27 @@ def param_groups(model: Any, weight_decay: float) -> list[dict[str, Any]]:
 
 
 __all__ = ["lr_factor", "make_scheduler", "param_groups"]
+
+
+# train.optimizer_impl -> torch.optim's keywords; auto passes neither, so torch picks
+# (the for-loop on CPU, foreach on CUDA) as it did before the setting existed.
+IMPL_FLAGS: dict[str, dict[str, bool]] = {
+    "auto": {},
+    "for-loop": {"foreach": False},
+    "foreach": {"foreach": True},
+    "fused": {"fused": True},
+}
+
+
+def build_optimizer(cfg: TrainConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
+    """The optimizer a TrainConfig names, over ``model``'s parameters (weight decay on
+    matrices only: see trainscope.train.schedule.param_groups), run as
+    ``cfg.optimizer_impl`` says."""
+    groups = param_groups(model, cfg.weight_decay)
+    impl = IMPL_FLAGS[cfg.optimizer_impl]
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum, **impl)
+    betas = tuple(cfg.betas) if cfg.betas else (0.9, 0.999)
+    if cfg.optimizer == "adam":
+        return torch.optim.Adam(groups, lr=cfg.lr, betas=betas, **impl)
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=betas, **impl)

@@ -20,8 +20,9 @@ from typing import Any
 
 import torch
 
-from trainscope.config import RunConfig, TrainConfig
+from trainscope.config import RunConfig
 from trainscope.data.loaders import make_loader
+from trainscope.profiling.comm_probe import CommProbe
 from trainscope.profiling.memory import MemoryProbe
 from trainscope.profiling.peak import ENV_VAR, mfu, peak_flops
 from trainscope.profiling.system import peak_rss_bytes
@@ -47,7 +48,7 @@ from trainscope.train.loop import (
 from trainscope.train.progress import FIRST_LOSSES, RunProgress
 from trainscope.train.record import MemoryFigures, Results, RunSummary, SetupFacts, Throughput
 from trainscope.train.resume import data_fingerprint, resume_into
-from trainscope.train.schedule import make_scheduler, param_groups
+from trainscope.train.schedule import build_optimizer, make_scheduler
 from trainscope.workloads import build_workload
 from trainscope.workloads.base import example_inputs
 
@@ -91,30 +92,6 @@ class RunContext:
 def cache_dir() -> Path:
     """Where downloaded data lives: $TRAINSCOPE_CACHE, else ~/.cache/trainscope."""
     return Path(os.environ.get("TRAINSCOPE_CACHE", Path.home() / ".cache" / "trainscope"))
-
-
-# train.optimizer_impl -> torch.optim's keywords; auto passes neither, so torch picks
-# (the for-loop on CPU, foreach on CUDA) as it did before the setting existed.
-IMPL_FLAGS: dict[str, dict[str, bool]] = {
-    "auto": {},
-    "for-loop": {"foreach": False},
-    "foreach": {"foreach": True},
-    "fused": {"fused": True},
-}
-
-
-def build_optimizer(cfg: TrainConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
-    """The optimizer a TrainConfig names, over ``model``'s parameters (weight decay on
-    matrices only: see trainscope.train.schedule.param_groups), run as
-    ``cfg.optimizer_impl`` says."""
-    groups = param_groups(model, cfg.weight_decay)
-    impl = IMPL_FLAGS[cfg.optimizer_impl]
-    if cfg.optimizer == "sgd":
-        return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum, **impl)
-    betas = tuple(cfg.betas) if cfg.betas else (0.9, 0.999)
-    if cfg.optimizer == "adam":
-        return torch.optim.Adam(groups, lr=cfg.lr, betas=betas, **impl)
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=betas, **impl)
 
 
 def _num_samples(dataset: Any) -> int | None:
@@ -224,7 +201,10 @@ class Trainer:
         # run takes one step only): by then the optimizer's states exist, as in every later
         # step. Data-only runs take no model step: nothing to count.
         probe_at = 2 if self.total_steps > 1 else 1  # the run's steps, as the schedule counts
-        self.step_fn = data_step if cfg.train.data_only else MemoryProbe(train_step, probe_at)
+        # Collectives that pass through the dispatcher (DTensor's: tp, fsdp) are counted
+        # on one later step (the memory probe's hooks would be in its timings).
+        self.comm_probe = CommProbe(train_step, min(3, self.total_steps))
+        self.step_fn = data_step if cfg.train.data_only else MemoryProbe(self.comm_probe, probe_at)
         # A strategy that times its own parts of the step does so on the host clock (with
         # a device synchronize on CUDA): the stages around them must use the same clock.
         mode = "exact" if ctx.strategy.runs_schedule else cfg.runtime.timing
@@ -429,9 +409,9 @@ class Trainer:
 
     @property
     def throughput_scale(self) -> int:
-        """Ranks step in lockstep, each on its share: global throughput is world x a rank's."""
-        strategy = self.ctx.strategy
-        return strategy.info.world_size if strategy.splits_batch_across_ranks else 1
+        """Ranks step in lockstep, each on its share: global throughput is a rank's times
+        the shares (the world, or a model-splitting strategy's replicas; 1 for one)."""
+        return self.ctx.strategy.data_shard()[1]
 
     def finish(self) -> None:
         """Close the stages on the wall time; results, memory and ranks into the record;
@@ -503,13 +483,21 @@ class Trainer:
                 else None
             ),
             peak_rss_bytes=rss,
-            comm=self.ctx.strategy.comm_stats() or None,
+            comm=self._comm_figures(),
             steady_state=steady_state(
                 progress.step_records,
                 self.cfg.runtime.timing_warmup_steps,
                 scale=self.throughput_scale,
             ),
         )
+
+    def _comm_figures(self) -> dict[str, Any] | None:
+        """The strategy's communication figures, and the probed step's collectives."""
+        comm = dict(self.ctx.strategy.comm_stats())
+        collectives = self.comm_probe.record() if not self.cfg.train.data_only else None
+        if collectives is not None:
+            comm["collectives"] = collectives
+        return comm or None
 
     def _memory_figures(self, rss: int | None) -> None:
         """The peak memory and the ``memory`` section: what the probe step held."""

@@ -131,7 +131,8 @@ def check_options(options: Mapping[str, Any]) -> None:
 def layout(options: Mapping[str, Any]) -> dict[str, Any]:
     """Blocks and heads of the model these options make (for checks before a run)."""
     _, fields, _ = resolve_options(options)
-    return {"blocks": fields["n_layer"], "heads": fields["n_head"], "pipeline": True}
+    return {"blocks": fields["n_layer"], "heads": fields["n_head"], "pipeline": True,
+            "tp": True}  # fmt: skip
 
 
 def resolve_options(options: Mapping[str, Any]) -> tuple[str, dict[str, Any], int]:
@@ -191,20 +192,23 @@ class CausalSelfAttention(nn.Module):
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
         self.n_head = cfg.n_head
+        self.head_dim = cfg.n_embd // cfg.n_head
         self.qkv = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=cfg.bias)  # one matmul for all
         self.proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
         self.attn_dropout = cfg.dropout
         self.resid_dropout = nn.Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, c = x.shape
-        q, k, v = self.qkv(x).split(c, dim=2)
+        b, t, _ = x.shape
+        # Sizes from the projection's output, not the config: under tensor parallelism a
+        # rank's qkv holds only its own heads' queries, keys and values.
+        q, k, v = self.qkv(x).chunk(3, dim=2)
         # (B, T, C) -> (B, H, T, Q): heads become a batch dimension of the attention kernel.
-        q, k, v = (z.view(b, t, self.n_head, c // self.n_head).transpose(1, 2) for z in (q, k, v))
+        q, k, v = (z.view(b, t, -1, self.head_dim).transpose(1, 2) for z in (q, k, v))
         y = F.scaled_dot_product_attention(
             q, k, v, dropout_p=self.attn_dropout if self.training else 0.0, is_causal=True
         )
-        y = y.transpose(1, 2).reshape(b, t, c)  # heads back side by side
+        y = y.transpose(1, 2).reshape(b, t, -1)  # heads back side by side
         return self.resid_dropout(self.proj(y))
 
 
@@ -277,6 +281,14 @@ class GPT(nn.Module):
     # puts the first on its first stage and the second on its last (strategies.pipeline).
     pipeline_in = ("tok_emb", "pos_emb", "drop")
     pipeline_out = ("ln_f", "head")
+    # Tensor parallelism inside each block (strategies.tensor_parallel): Megatron-LM's
+    # split, the fused Q/K/V by heads.
+    tp_plan = {
+        "attn.qkv": "colwise-fused3",
+        "attn.proj": "rowwise",
+        "mlp.fc": "colwise",
+        "mlp.proj": "rowwise",
+    }
 
     def forward_in(self, idx: torch.Tensor) -> torch.Tensor:
         """Token ids (B, T), T <= block -> the first block's input (B, T, C)."""

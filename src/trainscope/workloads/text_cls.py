@@ -116,9 +116,9 @@ def layout(options: Mapping[str, Any]) -> dict[str, Any]:
     pretrained model's own config alone knows its size); not split by a pipeline yet."""
     o = parse_options(options)
     if o.pretrained:
-        return {"blocks": None, "heads": None, "pipeline": False}
+        return {"blocks": None, "heads": None, "pipeline": False, "tp": False}
     layers, _, heads = SIZES[o.size]
-    return {"blocks": layers, "heads": heads, "pipeline": False}
+    return {"blocks": layers, "heads": heads, "pipeline": False, "tp": False}
 
 
 def parse_options(options: Mapping[str, Any]) -> TextClsOptions:

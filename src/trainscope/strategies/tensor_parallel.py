@@ -1,0 +1,202 @@
+"""``tp``: tensor parallelism inside each block (Megatron-LM's split, through
+``torch.distributed.tensor.parallel``), every process one shard of every block.
+
+In each transformer block the attention's Q/K/V projection and the MLP's first layer are
+split by output columns (``ColwiseParallel``: each rank computes its own heads and its
+own slice of the hidden layer), and the two output projections by input rows
+(``RowwiseParallel``: each rank's partial result is summed over ranks). What it costs:
+
+- **Communication inside every block, on the critical path.** Forward: one all-reduce of
+  the block's activations (batch x sequence x width) after the attention's projection
+  and one after the MLP's. Backward: one all-reduce of the input gradient at each of the
+  two column-split layers. Four all-reduces per block and step, none overlapped with
+  compute: they are inside ``forward`` and ``backward``.
+- **No saving on what is outside the blocks**: embeddings, norms and the head are
+  replicated (every rank holds and updates them identically), and every rank loads the
+  whole batch.
+- **Memory**: the blocks' weights, gradients and optimizer states are split T ways, and
+  so are the activations inside attention and the MLP; the activations between blocks
+  are not (sequence parallelism would split those; not run here yet).
+
+A fused Q/K/V weight (the GPT's ``qkv``) is split by heads: its rows are reordered so
+that each rank's contiguous share holds its heads' queries, keys and values (a plain
+column split would hand rank 0 all the queries); saved weights are put back in the
+model's own order.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from trainscope.errors import ConfigError
+from trainscope.strategies.base import Strategy
+from trainscope.strategies.grid import Grid, average_over_replicas, check_grid
+from trainscope.workloads.base import model_blocks
+
+COLWISE, ROWWISE, COLWISE_FUSED3 = "colwise", "rowwise", "colwise-fused3"
+
+
+def fused_qkv_order(rows: int, tp: int) -> torch.Tensor:
+    """The row order of a fused [Q; K; V] weight (``rows`` = 3 x width) under which a
+    contiguous split in ``tp`` parts gives each rank [its Q; its K; its V]."""
+    return torch.arange(rows).view(3, tp, rows // (3 * tp)).transpose(0, 1).reshape(-1)
+
+
+def tp_plan(model: nn.Module) -> dict[str, str] | None:
+    """The model's tensor-parallel plan: block-relative module name -> colwise | rowwise |
+    colwise-fused3 (a fused Q/K/V). None when the model has none."""
+    plan = getattr(model, "tp_plan", None)
+    return dict(plan) if plan and model_blocks(model) else None
+
+
+def check_heads(heads: int | None, tp: int) -> None:
+    """Attention heads must split evenly over the ranks."""
+    if heads is not None and heads % tp:
+        raise ConfigError(
+            f"tensor parallelism over {tp} processes splits attention by heads: the model's "
+            f"{heads} heads do not divide by {tp}"
+        )
+
+
+class TensorParallelStrategy(Strategy):
+    """Tensor parallelism over every process (``tp_size`` of them), block by block."""
+
+    name = "tp"
+    comm_note = (
+        "4 all-reduces per block and step (forward: after the attention and MLP output "
+        "projections; backward: the input gradients of the Q/K/V and MLP input "
+        "projections), inside forward and backward"
+    )
+
+    def __init__(
+        self, info: Any, device: torch.device, tp_size: int | None = None,
+        dp_size: int | None = None,
+    ) -> None:  # fmt: skip
+        super().__init__(info, device)
+        self.tp, self.dp = check_grid(info.world_size, tp_size, dp_size, "--tp-size")
+        self.grid = Grid(self.dp, self.tp, info.rank)  # its process groups come in wrap()
+        # With replicas, their gradients are averaged after backward: a stage of its own.
+        self.comm_stage = self.dp > 1
+        self.plan: dict[str, str] = {}
+        self.blocks = 0
+        self._fused: list[tuple[nn.Module, torch.Tensor]] = []
+
+    @property
+    def splits_batch_across_ranks(self) -> bool:
+        """Every rank of a replica computes on the replica's whole batch: the model, not
+        the data, is split (between replicas, the batch is)."""
+        return False
+
+    def local_batch_size(self, global_batch: int) -> int:
+        """The replica's share of the batch (all of it without data parallelism)."""
+        if global_batch % self.dp:
+            raise ConfigError(
+                f"the global batch size {global_batch} does not split evenly across the "
+                f"{self.dp} data-parallel replicas: choose a multiple of {self.dp}"
+            )
+        return global_batch // self.dp
+
+    def data_shard(self) -> tuple[int, int]:
+        return self.grid.dp_rank, self.dp
+
+    def sync_gradients(self, model: nn.Module) -> None:
+        """Every gradient (each rank's shard of it) averaged over the replicas."""
+        average_over_replicas([p for p in model.parameters() if p.requires_grad], self.grid)
+
+    def wrap(self, model: nn.Module) -> nn.Module:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor.parallel import (
+            ColwiseParallel,
+            RowwiseParallel,
+            parallelize_module,
+        )
+
+        plan = tp_plan(model)
+        if plan is None:
+            raise ConfigError(
+                f"strategy tp splits the layers inside a model's blocks; "
+                f"{type(model).__name__} has no tp_plan (block-relative names of its "
+                "column- and row-split linear layers)"
+            )
+        check_heads(getattr(getattr(model, "config", None), "n_head", None), self.tp)
+        mesh = self._mesh(init_device_mesh)
+        styles = {COLWISE: ColwiseParallel, COLWISE_FUSED3: ColwiseParallel,
+                  ROWWISE: RowwiseParallel}  # fmt: skip
+        for block in model_blocks(model):
+            for name, kind in plan.items():
+                if kind == COLWISE_FUSED3:
+                    self._reorder_fused(block.get_submodule(name))
+            parallelize_module(block, mesh, {n: styles[k]() for n, k in plan.items()})
+            self.blocks += 1
+        self.plan = plan
+        return model
+
+    def _mesh(self, init_device_mesh: Any) -> Any:
+        """The tensor-parallel mesh; with replicas, the dp x tp mesh's tp part, its dp
+        part's group kept for the gradient average."""
+        if self.dp == 1:
+            mesh = init_device_mesh(self.device.type, (self.tp,))
+            self.grid.inner_group = mesh.get_group()
+            return mesh
+        grid = init_device_mesh(self.device.type, (self.dp, self.tp), mesh_dim_names=("dp", "tp"))
+        self.grid.inner_group = grid["tp"].get_group()
+        self.grid.dp_group = grid["dp"].get_group()
+        return grid["tp"]
+
+    def _reorder_fused(self, linear: nn.Module) -> None:
+        """Rows of a fused Q/K/V weight (and bias) in the per-rank head order."""
+        order = fused_qkv_order(linear.weight.shape[0], self.tp).to(linear.weight.device)
+        with torch.no_grad():
+            linear.weight.copy_(linear.weight[order])
+            if getattr(linear, "bias", None) is not None:
+                linear.bias.copy_(linear.bias[order])
+        self._fused.append((linear, torch.argsort(order)))
+
+    def grad_norm(self, params: list[torch.Tensor]) -> torch.Tensor:
+        """The global L2 norm: a sharded gradient's squares summed over the ranks, a
+        replicated one's counted once."""
+        import torch.distributed as dist
+        from torch.distributed.tensor import DTensor, Shard
+
+        sharded = torch.zeros((), device=self.device, dtype=torch.float32)
+        replicated = torch.zeros((), device=self.device, dtype=torch.float32)
+        for p in params:
+            g = p.grad
+            if g is None:
+                continue
+            if isinstance(g, DTensor):
+                sq = g.to_local().detach().float().pow(2).sum()
+                if any(isinstance(pl, Shard) for pl in g.placements):
+                    sharded = sharded + sq
+                    continue
+            else:
+                sq = g.detach().float().pow(2).sum()
+            replicated = replicated + sq
+        dist.all_reduce(sharded, group=self.grid.inner_group)  # the replicas are alike
+        return (sharded + replicated).sqrt()
+
+    def full_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        """Every tensor whole (shards gathered: a collective), fused Q/K/V rows back in
+        the model's own order, on the CPU."""
+        from torch.distributed.tensor import DTensor
+
+        inverse = {id(lin.weight): inv for lin, inv in self._fused}
+        inverse.update({id(lin.bias): inv for lin, inv in self._fused
+                        if getattr(lin, "bias", None) is not None})  # fmt: skip
+        out = {}
+        for name, t in model.state_dict(keep_vars=True).items():
+            full = t.full_tensor() if isinstance(t, DTensor) else t
+            if id(t) in inverse:
+                full = full[inverse[id(t)].to(full.device)]
+            out[name] = full.detach().cpu()
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        out = super().describe()
+        out["tensor_parallel"] = {
+            "tp_size": self.tp, "dp_size": self.dp, "blocks": self.blocks, "plan": self.plan,
+        }  # fmt: skip
+        return out
