@@ -100,7 +100,9 @@ def test_a_registered_strategy_is_listed_checked_and_built(toy, capsys, monkeypa
         from_dict({"dist": {"strategy": "fsdp", "nproc": 2, "bucket_mb": 4}})
     built = make_strategy("toy-sync", DistInfo(), torch.device("cpu"), {"dist.bucket_mb": 4})
     assert type(built).__name__ == "ToySync" and built.toy_knob == 4
-    with pytest.raises(ConfigError, match="unknown strategy 'nope'.*allreduce, pipeline, tp, toy-sync"):
+    with pytest.raises(
+        ConfigError, match="unknown strategy 'nope'.*allreduce, pipeline, tp, toy-sync"
+    ):
         from_dict({"dist": {"strategy": "nope"}})
 
 

@@ -347,6 +347,31 @@ for _study in (
             "policies to compare (default none,every-2,selective,full)")}),),
         sets={"runtime.checkpointing": "--policies"},
     ),
+    StudyEntry(
+        "parallelism",
+        "replicate or split the model at one global batch: single, ddp, fsdp, pipeline "
+        "(each schedule at each microbatch count), tp, and dp x pipeline / dp x tp on twice "
+        "the processes: step time, the bubble against theory, communication, memory per rank",
+        "trainscope.studies.parallelism:plan",
+        "trainscope.reports.study_parallelism:parallelism_sections",
+        options="trainscope.studies.parallelism:options_from_args",
+        flags=(
+            Flag(("--layouts",), _list("layouts to compare (default all; see the report)")),
+            Flag(("--microbatch-counts",), {"default": "2,4,8", **_list(
+                "the pipeline's microbatch counts (default 2,4,8)")}),
+            Flag(("--no-2d",), {"action": "store_true",
+                                "help": "leave out dp x pipeline and dp x tp"}),
+        ),
+        fresh_process=True,
+        sets={
+            "dist.strategy": "--layouts",
+            "dist.pp_schedule": "--layouts",
+            "dist.dp_size": "--layouts",
+            "dist.microbatches": "--microbatch-counts",
+            "dist.pp_stages": "--nproc",
+            "dist.tp_size": "--nproc",
+        },
+    ),
 ):  # fmt: skip
     register_study(_study)
 

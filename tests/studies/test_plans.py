@@ -42,7 +42,14 @@ def own_overrides(r):
 
 
 def test_every_kind_has_a_planner():
-    assert list(STUDIES) == ["loader", "profile", "precision", "strategies", "checkpointing"]
+    assert list(STUDIES) == [
+        "loader",
+        "profile",
+        "precision",
+        "strategies",
+        "checkpointing",
+        "parallelism",
+    ]
     for entry in STUDIES.values():  # every planner and report builder can be found
         assert callable(load(entry.planner)) and callable(load(entry.report))
 

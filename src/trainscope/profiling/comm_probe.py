@@ -1,17 +1,19 @@
 """Counting a step's collectives as they pass through the dispatcher (one probed step).
 
-Tensor parallelism and FSDP2 communicate through DTensor, whose collectives are operators
-(``_c10d_functional.all_reduce``, ``all_gather_into_tensor``, ``reduce_scatter_tensor``,
-then ``wait_tensor``). A dispatch mode sees each one: how many, how many bytes, and how
-long it took from launch to result (on the probed step each is waited for at once, where
-DTensor would wait at the result's first use: on a CPU's gloo, with the next operation
-needing the result, about the same). Collectives that do not go through the
-dispatcher are not seen: DDP's bucketed all-reduce (its C++ reducer calls the process
-group directly) and ``dist.send``/``dist.recv`` (a pipeline's transfers).
+Two kinds of collective are operators the dispatcher sees. DTensor's (tensor parallelism,
+FSDP2) are functional ones (``_c10d_functional.all_reduce``, ``all_gather_into_tensor``,
+``reduce_scatter_tensor``): on the probed step each is waited for at once, so its time
+is the whole collective (DTensor would wait at the result's first use; on a CPU's gloo,
+with the next operation needing the result, about the same). Those that
+``torch.distributed`` calls from Python are ``c10d`` ops (``allreduce_``, ``send``,
+``recv``: a pipeline's transfers, a hand-written sync, DDP's communication hook): timed as
+the call, which for a blocking call includes the transfer and for an asynchronous one (an
+``isend``, a DDP bucket) is its launch only. A collective that a C++ component issues
+directly to the process group is not seen.
 
 Only one step is probed (a dispatch mode in Python slows every operator of the step it
-watches); the step's stage times are its own as always, and the probe's seconds are
-host time inside the collectives, not a share of those stages.
+watches); the step's stage times are its own as always, and the probe's seconds are host
+time inside the collectives, not a share of those stages.
 """
 
 from __future__ import annotations
@@ -98,7 +100,7 @@ class CommProbe:
             return None
         return {
             **self.figures,
-            "method": "collectives seen by the dispatcher on one step (DTensor's: tensor "
-            "parallelism, FSDP2); calls, bytes of each call's input, host seconds from "
-            "launch to result (each waited for at once on this step)",
+            "method": "collectives seen by the dispatcher on one step: calls, bytes of each "
+            "call's input, host seconds (functional ones waited for at once: launch to "
+            "result; c10d ones: the call, an asynchronous one's launch only)",
         }

@@ -1,0 +1,145 @@
+"""Sections of the parallelism study's report: every layout at one global batch.
+
+Rows from the runs' records (torch-free): step time with its spread and n, the
+pipeline's bubble beside its theory, what each layout communicates, and memory per rank
+(the largest rank's counted model states and activations in flight: exact bytes). The
+findings compare each layout with ``single`` by the studies' noise rule.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+from trainscope.records.study_dir import StudyRecord
+from trainscope.reports.document import Document, escape_inline
+from trainscope.reports.memory import memory_of
+from trainscope.reports.section import Section
+from trainscope.reports.stats import MISSING, SPREAD_NOTE, compare_text, fmt_spread, step_ms
+from trainscope.reports.tables import Table, fmt_bytes
+from trainscope.util.spread import Spread, spread
+
+
+def theory_bubble(schedule: str | None, stages: int, microbatches: int | None) -> float | None:
+    """(S-1)/(M+S-1), or (S-1)/(2M+S-1) interleaved (as strategies.layout computes it; this
+    module reads records only)."""
+    if not schedule or not microbatches or stages < 2:
+        return None
+    v = 2 if schedule.startswith("interleaved") else 1
+    return (stages - 1) / (v * microbatches + stages - 1)
+
+
+def _ranks(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every rank's figures (rank 0's record alone in a one-process run)."""
+    ranks = summary.get("ranks")
+    ranks = ranks if isinstance(ranks, list) else []
+    return [r for r in ranks if isinstance(r, dict)] or [summary]
+
+
+def bubble_of(summary: dict[str, Any]) -> float | None:
+    """The run's measured bubble: the mean over its ranks of each rank's pipeline wait over
+    its schedule time (each rank's first step left out)."""
+    values = [(r.get("comm") or {}).get("measured_bubble") for r in _ranks(summary)]
+    values = [v for v in values if isinstance(v, (int, float))]
+    return statistics.mean(values) if values else None
+
+
+def memory_per_rank(summary: dict[str, Any]) -> tuple[int | None, int | None]:
+    """(largest model states, largest activations in flight) over the ranks, counted."""
+    states, flight = [], []
+    for r in _ranks(summary):
+        mem = memory_of(r)
+        if mem:
+            states.append(mem.get("model_states_bytes"))
+            flight.append((mem.get("activations") or {}).get("peak_in_flight_bytes"))
+    states = [s for s in states if isinstance(s, int)]
+    flight = [f for f in flight if isinstance(f, int)]
+    return (max(states) if states else None, max(flight) if flight else None)
+
+
+def comm_text(summary: dict[str, Any]) -> str:
+    """What a layout communicates per step, as its record measured it."""
+    comm = summary.get("comm") or {}
+    steps = summary.get("steps") or 0
+    collectives = (comm.get("collectives") or {}).get("ops") or {}
+    parts = [
+        f"{op} x{int(v['calls'])} ({fmt_bytes(int(v['bytes']))}, {1e3 * v['seconds']:.2f} ms)"
+        for op, v in sorted(collectives.items())
+    ]
+    if isinstance(comm.get("hook_inflight_s"), (int, float)) and steps:
+        parts.append(f"all-reduce in flight {1e3 * comm['hook_inflight_s'] / steps:.2f} ms/step")
+    stages = summary.get("stages_s") or {}
+    if isinstance(stages.get("pipeline_wait"), (int, float)) and steps:
+        parts.append(f"pipeline wait {1e3 * stages['pipeline_wait'] / steps:.2f} ms/step")
+    if isinstance(stages.get("comm"), (int, float)) and steps:
+        parts.append(f"comm stage {1e3 * stages['comm'] / steps:.2f} ms/step")
+    return "; ".join(parts) or "none"
+
+
+def _row(
+    name: str, labels: dict[str, Any], summaries: list[dict[str, Any]]
+) -> tuple[list[Any], Spread]:
+    step = spread(step_ms(s) for s in summaries)
+    bubble = spread(bubble_of(s) for s in summaries)
+    procs = int(labels.get("processes") or 1)
+    stages = procs // int(labels.get("dp_size") or 1)
+    schedule = labels.get("schedule")
+    if schedule is None and labels.get("strategy") == "pipeline":
+        schedule = "1f1b"  # the pipeline's default
+    theory = theory_bubble(schedule, stages, labels.get("microbatches"))
+    states, flight = memory_per_rank(summaries[0])
+    return [
+        name,
+        str(procs),
+        str(step.n),
+        fmt_spread(step),
+        fmt_spread(bubble, lambda v: f"{v:.3f}") if bubble.median is not None else MISSING,
+        f"{theory:.3f}" if theory is not None else MISSING,
+        fmt_bytes(states) if states is not None else MISSING,
+        fmt_bytes(flight) if flight is not None else MISSING,
+        escape_inline(comm_text(summaries[0])),
+    ], step
+
+
+def parallelism_sections(study: StudyRecord, doc: Document, plots: Path) -> Section:
+    """The layouts' table, and each against ``single``."""
+    section = Section()
+    doc.heading("Replicate or split the model", 2)
+    rows: list[list[Any]] = []
+    steps: dict[str, Spread] = {}
+    for cfg in study.configs():
+        recs = study.measured(cfg.config)
+        name = str(cfg.labels.get("layout", cfg.config))
+        if not recs:
+            procs = str(cfg.labels.get("processes", MISSING))
+            rows.append([name, procs, "0", *[MISSING] * 5, "no completed run"])
+            continue
+        row, steps[name] = _row(name, dict(cfg.labels), [r.summary for r in recs])
+        rows.append(row)
+    table = Table(
+        ["Layout", "Processes", "n", "Step (ms)", "Bubble", "Theory", "States / rank",
+         "In flight / rank", "Communication (one run)"],
+        rows,
+        f"Same workload, seed and global batch in every layout; {SPREAD_NOTE}. Step: "
+        "steady-state step time. Bubble: a pipeline rank's wait over its schedule time, "
+        "mean over ranks; theory (S-1)/(M+S-1), interleaved (S-1)/(2M+S-1). States and in "
+        "flight: the largest rank's model states and most activation bytes held at once "
+        "(counted, exact). Communication: collectives the dispatcher saw on one step "
+        "(calls, bytes, host time), DDP's all-reduce in flight, the pipeline's wait.",
+        "tab:parallelism",
+        "lrrrrrrrl",
+    )  # fmt: skip
+    section.tables["parallelism"] = table
+    doc.table(table)
+    base = steps.get("single")
+    for name, st in steps.items():
+        if name == "single" or base is None:
+            continue
+        text = compare_text(name, st, "single", base, "step time", unit=" ms") + "."
+        section.findings.append(text)
+        doc.paragraph(escape_inline(text))
+    return section
+
+
+__all__ = ["bubble_of", "comm_text", "memory_per_rank", "parallelism_sections", "theory_bubble"]

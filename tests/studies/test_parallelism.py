@@ -1,0 +1,128 @@
+"""study parallelism: its layouts, its flags' refusals, its report's rows (from records
+built here), and one small study end to end on the shared Tiny Shakespeare."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+import torch
+
+from trainscope.cli import main
+from trainscope.config import from_dict
+from trainscope.errors import ConfigError
+from trainscope.reports.study_parallelism import (
+    bubble_of,
+    comm_text,
+    memory_per_rank,
+    theory_bubble,
+)
+from trainscope.studies import parallelism
+
+CPU = torch.device("cpu")
+BASE = from_dict({"train": {"epochs": 1, "max_steps_per_epoch": 5}}).to_dict()
+DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "tinyshakespeare"
+
+
+def test_the_layouts_of_two_processes() -> None:
+    plan = parallelism.plan(BASE, CPU, repeats=1)
+    names = list(dict.fromkeys(r.config for r in plan.runs if not r.warmup))
+    assert names == [
+        "single", "ddp", "fsdp",
+        "pp-gpipe-m2", "pp-gpipe-m4", "pp-gpipe-m8",
+        "pp-1f1b-m2", "pp-1f1b-m4", "pp-1f1b-m8",
+        "pp-interleaved-1f1b-m2", "pp-interleaved-1f1b-m4", "pp-interleaved-1f1b-m8",
+        "tp", "dp2-pp", "dp2-tp",
+    ]  # fmt: skip
+    runs = {r.config: r for r in plan.runs if not r.warmup}
+    assert runs["pp-1f1b-m4"].overrides["dist.pp_schedule"] == "1f1b"
+    assert runs["dp2-tp"].overrides == {
+        "dist.strategy": "tp", "dist.nproc": 4, "dist.dp_size": 2,
+        **{k: v for k, v in runs["dp2-tp"].overrides.items() if k == "runtime.threads"},
+    }  # fmt: skip
+    assert runs["dp2-pp"].labels["dp_size"] == 2 and runs["single"].labels["processes"] == 1
+
+
+def test_1f1b_with_fewer_microbatches_than_stages_is_not_planned() -> None:
+    every = parallelism.configurations(4, (2, 4), two_d=False)
+    assert "pp-1f1b-m2" not in every and "pp-1f1b-m4" in every and "dp2-pp" not in every
+    assert every["pp-gpipe-m2"]["dist.nproc"] == 4
+
+
+def _args(**over: object) -> argparse.Namespace:
+    args = {"config": None, "layouts": None, "microbatch_counts": "2,4", "no_2d": False}
+    return argparse.Namespace(**{**args, **over})
+
+
+@pytest.mark.parametrize(
+    ("args", "overrides", "message"),
+    [
+        ({}, {"dist.nproc": 1}, "--nproc must be at least 2"),
+        ({"microbatch_counts": "2,x"}, {}, "a list of whole numbers"),
+        ({"microbatch_counts": "0"}, {}, "each in 1..4096"),
+        ({"layouts": "single,pp-zigzag-m2"}, {}, "pp-zigzag-m2"),
+    ],
+)
+def test_flags_that_cannot_plan_are_refused(args, overrides, message) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parallelism.options_from_args(_args(**args), dict(overrides))
+
+
+def test_without_a_workload_it_studies_a_small_gpt() -> None:
+    overrides: dict[str, object] = {"dist.nproc": 2}
+    options, _ = parallelism.options_from_args(_args(), overrides)
+    assert overrides["workload.name"] == "gpt-char" and overrides["data.batch_size"] == 32
+    assert "dist.nproc" not in overrides and options["nproc"] == 2
+    assert options["microbatches"] == (2, 4) and "dp2-tp" in options["layouts"]
+
+
+def _rank(rank: int, bubble: float | None, states: int, flight: int) -> dict:
+    return {
+        "rank": rank,
+        "comm": {"measured_bubble": bubble},
+        "memory": {"parameters_bytes": 1, "model_states_bytes": states,
+                   "activations": {"peak_in_flight_bytes": flight}},
+    }  # fmt: skip
+
+
+def test_the_rows_come_from_every_rank() -> None:
+    summary = {"ranks": [_rank(0, 0.2, 100, 30), _rank(1, 0.4, 80, 50)], "steps": 10,
+               "stages_s": {"pipeline_wait": 0.05, "comm": 0.01},
+               "comm": {"collectives": {"ops": {"send": {"calls": 4, "bytes": 2048,
+                                                         "seconds": 0.002}}}}}  # fmt: skip
+    assert bubble_of(summary) == pytest.approx(0.3)
+    assert memory_per_rank(summary) == (100, 50)
+    text = comm_text(summary)
+    assert "send x4 (2.0 KiB, 2.00 ms)" in text and "pipeline wait 5.00 ms/step" in text
+    assert comm_text({"steps": 3}) == "none"
+    assert bubble_of({"comm": {}}) is None
+    assert theory_bubble("gpipe", 2, 4) == pytest.approx(0.2)
+    assert theory_bubble("interleaved-1f1b", 2, 4) == pytest.approx(1 / 9)
+    assert theory_bubble(None, 2, 4) is None
+
+
+def test_a_run_flag_the_study_sets_is_refused(tmp_path: Path, capsys) -> None:
+    code = main(["study", "parallelism", "--microbatches", "4", "--out", str(tmp_path / "s")])
+    assert code != 0
+    err = capsys.readouterr().err
+    assert "--microbatches" in err and "--microbatch-counts" in err
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_small_study_end_to_end(tmp_path: Path) -> None:
+    if not (DATA / "input.txt").is_file():
+        pytest.skip("shared Tiny Shakespeare not present")
+    out = tmp_path / "par"
+    code = main(["study", "parallelism", "--data-dir", str(DATA), "--layouts",
+                 "single,pp-gpipe-m2,tp", "--repeats", "1", "--threads", "1",
+                 "--set", "train.max_steps_per_epoch=4", "--out", str(out), "-q"])  # fmt: skip
+    assert code == 0
+    report = (out / "report" / "report.md").read_text()
+    rows = {line.split("|")[1].strip(): line for line in report.splitlines()
+            if line.startswith("| ") and "|" in line[2:]}  # fmt: skip
+    assert {"single", "pp-gpipe-m2", "tp"} <= set(rows)
+    assert "0.333" in rows["pp-gpipe-m2"]  # the theory beside the measured bubble
+    assert "all_reduce x16" in rows["tp"]  # 4 per block, 4 blocks
+    assert "pp-gpipe-m2 vs single: step time" in report
