@@ -174,6 +174,9 @@ class StudyEntry:
     sets: Mapping[str, str] = field(default_factory=dict)
     """Run settings (dotted keys) it sets per configuration -> the study flag to use
     instead: a run flag for one of them is refused, never silently overridden."""
+    replaces: tuple[str, ...] = ()
+    """Run flags its own flags take the place of (``study scaling --nproc 1,2,4``: a
+    list where ``run --nproc`` takes one number)."""
 
 
 _STUDIES: dict[str, StudyEntry] = {}
@@ -371,6 +374,26 @@ for _study in (
             "dist.pp_stages": "--nproc",
             "dist.tp_size": "--nproc",
         },
+    ),
+    StudyEntry(
+        "scaling",
+        "strong and weak scaling of a data-parallel strategy on --nproc 1,2,4 processes at "
+        "an equal core budget: speed-up, efficiency, the wall time more devices do not "
+        "shorten, and the alpha-beta projection to 8-1024 devices on named interconnects",
+        "trainscope.studies.scaling:plan",
+        "trainscope.reports.study_scaling:scaling_sections",
+        options="trainscope.studies.scaling:options_from_args",
+        flags=(
+            Flag(("--nproc",), {"default": "1,2,4", **_list("process counts (default 1,2,4)")}),
+            Flag(("--scaling",), {"default": "strong,weak",
+                                  **_list("strong and/or weak (default both)")}),
+            Flag(("--interconnects",), {"default": "nvlink4,ib-100g", **_list(
+                "interconnects to project to 8-1024 devices on (default nvlink4,ib-100g; "
+                "also pcie4-x16, ib-400g)")}),
+        ),
+        fresh_process=True,
+        sets={"dist.nproc": "--nproc"},
+        replaces=("--nproc",),
     ),
 ):  # fmt: skip
     register_study(_study)

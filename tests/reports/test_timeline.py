@@ -331,3 +331,23 @@ def test_twenty_thousand_steps_draw_in_seconds(tmp_path: Path) -> None:
     # seconds here; the bound is loose for a shared machine).
     assert elapsed < 30, f"drawing 2 x 20k steps took {elapsed:.1f} s"
     assert files[1].stat().st_size < 5_000_000
+
+
+def test_a_pipeline_steps_microbatches_are_read_and_bad_ones_skipped() -> None:
+    from trainscope.reports.timeline import Chunk, _chunks
+
+    raw = [
+        ["F", 0, 1, 0.5, 0.75],
+        ["B", 1, 0, 1.0, 1.25],
+        ["X", 0, 0, 0.0, 1.0],  # unknown kind
+        ["F", True, 0, 0.0, 1.0],  # a bool is not a stage
+        ["F", 0, 0, float("nan"), 1.0],
+        ["F", 0, 0, 2.0, 1.0],  # ends before it starts
+        ["F", 0, 0],  # short
+        "F",
+    ]
+    assert _chunks(raw, offset=10.0) == (
+        Chunk("F", 0, 1, 10.5, 10.75),
+        Chunk("B", 1, 0, 11.0, 11.25),
+    )
+    assert _chunks({"F": 1}, 0.0) == () and _chunks(None, 0.0) == ()

@@ -152,3 +152,21 @@ def test_a_step_all_reduces_four_times_per_block_and_each_rank_holds_half_the_bl
     for rank in (0, 1):
         mine = _summary(run, rank)["memory"]["parameters_bytes"]
         assert full / 2 < mine < 0.75 * full
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3 * LAUNCH_TIMEOUT)
+def test_the_estimator_predicts_a_ranks_memory(tp_run) -> None:
+    """estimate-memory --tp-size against the meter: model states and saved activations
+    per rank, both counted in bytes, equal."""
+    from tests.strategies.test_pipeline import _arch
+    from trainscope.estimate.split import tp_rank
+
+    run = tp_run("--n-head", "4", "--strategy", "tp", "--nproc", "2")
+    e = tp_rank(_arch(n_head=4), tp=2, batch=16, seq_len=16, precision="fp32",
+                optimizer="adamw", device="cpu")  # fmt: skip
+    for rank in (0, 1):
+        m = _summary(run, rank)["memory"]
+        states = m["parameters_bytes"] + m["gradients_bytes"] + m["optimizer_states_bytes"]
+        assert states == e.states.total
+        assert m["activations_bytes"] == e.activations

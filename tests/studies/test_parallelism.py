@@ -116,7 +116,7 @@ def test_a_small_study_end_to_end(tmp_path: Path) -> None:
         pytest.skip("shared Tiny Shakespeare not present")
     out = tmp_path / "par"
     code = main(["study", "parallelism", "--data-dir", str(DATA), "--layouts",
-                 "single,pp-gpipe-m2,tp", "--repeats", "1", "--threads", "1",
+                 "single,pp-gpipe-m2,tp", "--repeats", "1",
                  "--set", "train.max_steps_per_epoch=4", "--out", str(out), "-q"])  # fmt: skip
     assert code == 0
     report = (out / "report" / "report.md").read_text()
@@ -125,4 +125,7 @@ def test_a_small_study_end_to_end(tmp_path: Path) -> None:
     assert {"single", "pp-gpipe-m2", "tp"} <= set(rows)
     assert "0.333" in rows["pp-gpipe-m2"]  # the theory beside the measured bubble
     assert "all_reduce x16" in rows["tp"]  # 4 per block, 4 blocks
-    assert "pp-gpipe-m2 vs single: step time" in report
+    # Compared with single where the machine's cores hold 2 processes; else said why not.
+    assert "pp-gpipe-m2 vs single: step time" in report or (
+        "pp-gpipe-m2:" in report and "oversubscribed" in report
+    )

@@ -49,6 +49,7 @@ def test_every_kind_has_a_planner():
         "strategies",
         "checkpointing",
         "parallelism",
+        "scaling",
     ]
     for entry in STUDIES.values():  # every planner and report builder can be found
         assert callable(load(entry.planner)) and callable(load(entry.report))

@@ -161,7 +161,7 @@ def _add_study_parser(sub: Any) -> None:
     fresh_by_default = [n for n, e in registry.STUDIES.items() if e.fresh_process]
     for name, entry in registry.STUDIES.items():
         p = kinds.add_parser(name, help=entry.help, description=entry.help)
-        _add_run_flags(p, skip=("--out", "--overwrite"))
+        _add_run_flags(p, skip=("--out", "--overwrite", *entry.replaces))
         p.add_argument(
             "--out", metavar="DIR", help="study directory (default runs/studies/NAME-<time>)"
         )

@@ -119,6 +119,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="dropout of gpt-char or the model named (GPT-2: 0.1)",
     )
     tr.add_argument("--checkpointing", default="none", metavar="POLICY", help=CHECKPOINTING_HELP)
+    split = p.add_argument_group("a split model (GPT architectures): memory per rank")
+    split.add_argument("--pp-stages", type=int, metavar="S", help="pipeline stages")
+    split.add_argument(
+        "--microbatches", type=int, default=4, metavar="M", help="pipeline: per batch (default 4)"
+    )
+    split.add_argument(
+        "--pp-schedule", default="1f1b", choices=("gpipe", "1f1b"), help="default 1f1b"
+    )
+    split.add_argument("--tp-size", type=int, metavar="T", help="tensor-parallel ranks")
     tr.add_argument(
         "--device",
         default="auto",
@@ -266,6 +275,9 @@ def main(args: argparse.Namespace) -> int:
     if args.measure:
         rows, compared = _measure(setup, wcfg)
         result["measured"] = compared
+    split = _split(args, est)
+    if split:
+        result["split"] = [r.to_dict() for r in split]
     if args.json:
         json.dump(result, sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -273,6 +285,10 @@ def main(args: argparse.Namespace) -> int:
 
     console = make_console()
     print_estimate(est, console)
+    if split:
+        from trainscope.estimate.render import split_table
+
+        print_table(console, split_table(split, args))
     if rows is not None:
         m = result["measured"]
         at = f"micro-batch {m['batch_size']}" + (f" x {m['seq_len']}" if m["seq_len"] else "")
@@ -285,6 +301,27 @@ def main(args: argparse.Namespace) -> int:
             ),
         )
     return 0
+
+
+def _split(args: argparse.Namespace, est: Any) -> list[Any]:
+    """Per-rank figures of a pipeline (--pp-stages) or tensor parallelism (--tp-size)."""
+    from trainscope.estimate.split import pipeline_ranks, tp_rank
+
+    if args.pp_stages is None and args.tp_size is None:
+        return []
+    if args.pp_stages is not None and args.tp_size is not None:
+        raise ConfigError("--pp-stages and --tp-size: give one (2D is not estimated yet)")
+    setup = est.setup
+    common = {"batch": setup.batch_size, "seq_len": est.seq_len, "precision": setup.precision,
+              "optimizer": setup.optimizer, "device": setup.device}  # fmt: skip
+    if args.pp_stages is not None:
+        if args.pp_stages < 2 or args.microbatches < 1:
+            raise ConfigError("--pp-stages must be at least 2, --microbatches at least 1")
+        return pipeline_ranks(setup.arch, stages=args.pp_stages, microbatches=args.microbatches,
+                              schedule=args.pp_schedule, **common)  # fmt: skip
+    if args.tp_size < 2:
+        raise ConfigError("--tp-size must be at least 2")
+    return [tp_rank(setup.arch, tp=args.tp_size, **common)]
 
 
 def _measure(setup: Setup, wcfg: WorkloadConfig | None) -> tuple[list[Any], dict[str, Any]]:

@@ -131,3 +131,28 @@ __all__ = [
     "rows_to_dict",
     "shown_columns",
 ]
+
+
+def split_table(ranks: list[Any], args: Any) -> Table:
+    """Per rank of a split model: parameters, model states, activations held at once."""
+    rows = []
+    for r in ranks:
+        act = r.activations
+        flight = "not estimated" if act is None else f"{fmt_bytes(act)} ({r.in_flight} x "
+        flight += "" if act is None else f"{fmt_bytes(r.activations_per_microbatch)})"
+        total = "-" if act is None else fmt_bytes(r.states.total + act)
+        rows.append([r.label, f"{r.parameters:,}", fmt_bytes(r.states.total), flight, total])
+    if args.pp_stages is not None:
+        what = (f"pipeline of {args.pp_stages} stages, {args.microbatches} microbatches, "
+                f"{args.pp_schedule}")  # fmt: skip
+    else:
+        what = f"tensor parallelism over {args.tp_size} ranks"
+    return Table(
+        ["Rank", "Parameters", "Model states", "Activations in flight", "Total"],
+        rows,
+        f"Per rank, {what} (strategies.pipeline / strategies.tensor_parallel's split): "
+        "weights, gradients and optimizer states of what the rank keeps, and the most "
+        "saved activations held at once (microbatches x one microbatch's).",
+        "tab:estimate-split",
+        "lrrrr",
+    )

@@ -108,9 +108,12 @@ def parallelism_sections(study: StudyRecord, doc: Document, plots: Path) -> Sect
     doc.heading("Replicate or split the model", 2)
     rows: list[list[Any]] = []
     steps: dict[str, Spread] = {}
+    over: list[str] = []  # layouts with more processes than the core budget
     for cfg in study.configs():
         recs = study.measured(cfg.config)
         name = str(cfg.labels.get("layout", cfg.config))
+        if cfg.labels.get("budget_kept") is False:
+            over.append(name)
         if not recs:
             procs = str(cfg.labels.get("processes", MISSING))
             rows.append([name, procs, "0", *[MISSING] * 5, "no completed run"])
@@ -136,7 +139,11 @@ def parallelism_sections(study: StudyRecord, doc: Document, plots: Path) -> Sect
     for name, st in steps.items():
         if name == "single" or base is None:
             continue
-        text = compare_text(name, st, "single", base, "step time", unit=" ms") + "."
+        if name in over:
+            text = (f"{name}: {st.n and fmt_spread(st)} ms per step on more processes than "
+                    "the core budget (oversubscribed): shown, not compared.")  # fmt: skip
+        else:
+            text = compare_text(name, st, "single", base, "step time", unit=" ms") + "."
         section.findings.append(text)
         doc.paragraph(escape_inline(text))
     return section

@@ -65,6 +65,35 @@ def _num(value: Any) -> float | None:
     return value if math.isfinite(value) else None
 
 
+@dataclass(slots=True, frozen=True)
+class Chunk:
+    """One microbatch's forward (F), backward (B) or loss (L) on a pipeline stage."""
+
+    kind: str
+    stage: int
+    microbatch: int
+    start: float
+    end: float
+
+
+CHUNK_KINDS = {"F": "forward", "B": "backward", "L": "loss"}
+
+
+def _chunks(raw: Any, offset: float) -> tuple[Chunk, ...]:
+    """A step record's ``microbatches`` as chunks on the common axis (bad entries skipped)."""
+    out = []
+    for item in raw if isinstance(raw, list) else ():
+        if not isinstance(item, list) or len(item) != 5 or item[0] not in CHUNK_KINDS:
+            continue
+        stage, mb = item[1], item[2]
+        start, end = _num(item[3]), _num(item[4])
+        if not all(isinstance(x, int) and not isinstance(x, bool) for x in (stage, mb)):
+            continue
+        if start is not None and end is not None and end >= start:
+            out.append(Chunk(item[0], stage, mb, start + offset, end + offset))
+    return tuple(out)
+
+
 @dataclass(slots=True)
 class Step:
     """One training step on the common axis: start ``t`` and its stages in run order."""
@@ -75,6 +104,8 @@ class Step:
     stages: tuple[tuple[str, float], ...]
     loss: float | None = None
     batch_size: int | None = None
+    chunks: tuple[Chunk, ...] = ()
+    """A pipeline rank's microbatches in this step, at their own times."""
 
     @property
     def duration(self) -> float:
@@ -178,6 +209,7 @@ def _steps(record: RunRecord, offset: float) -> tuple[list[Step], int]:
                 stages=stages,
                 loss=_num(ev.get("loss")),
                 batch_size=bs if isinstance(bs, int) and not isinstance(bs, bool) else None,
+                chunks=_chunks(ev.get("microbatches"), offset),
             )
         )
     steps.sort(key=lambda s: s.t)  # lines are written in order; a merged file might not be

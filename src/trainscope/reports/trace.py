@@ -20,11 +20,15 @@ from typing import Any
 from trainscope.records.jsonio import atomic_write_text, dumps, finite
 from trainscope.records.run_dir import STAGES, RunRecord
 from trainscope.reports.timeline import (
+    CHUNK_KINDS,
     RankTimeline,
     Timeline,
     load_timeline,
     no_timeline_reason,
 )
+
+# A pipeline step's stages that its microbatch events show as they ran.
+SCHEDULED_STAGES = ("forward", "backward", "pipeline_wait")
 
 # What the trace is called next to a report (the lead decides where it is written).
 TRACE_FILE = "trace.json"
@@ -175,12 +179,28 @@ class _Events:
             self.complete(pid, TID_STEPS, "step", "step", s.t, s.duration, args)
             t = s.t
             for stage, d in s.stages:
-                local = self.tracks.tid(stage)
-                locals_used.add(local)
-                stage_args = {} if s.step is None else {"step": s.step}
-                self.complete(pid, local, stage, "stage", t, d, stage_args)
+                # A pipeline's forward, backward and wait interleave: its microbatches
+                # are drawn where they ran instead (their stage is in each event's args).
+                if not (s.chunks and stage in SCHEDULED_STAGES):
+                    local = self.tracks.tid(stage)
+                    locals_used.add(local)
+                    stage_args = {} if s.step is None else {"step": s.step}
+                    self.complete(pid, local, stage, "stage", t, d, stage_args)
                 t += d
+            self.add_chunks(pid, s)
         self.add_counters(rank)
+
+    def add_chunks(self, pid: int, s: Any) -> None:
+        """A pipeline step's microbatches, each on its kind's track (forward, backward,
+        loss) at the time it ran: the bubble is the gaps."""
+        for c in s.chunks:
+            kind = CHUNK_KINDS[c.kind]
+            local = self.tracks.tid(f"{kind} (microbatches)")
+            self.used[pid].add(local)
+            mb = c.microbatch if c.microbatch >= 0 else None  # a loss's is not recorded
+            args = _present(step=s.step, microbatch=mb, stage=c.stage)
+            name = f"{c.kind}{'' if mb is None else mb} s{c.stage}"
+            self.complete(pid, local, name, "microbatch", c.start, c.end - c.start, args)
 
     def add_counters(self, rank: RankTimeline) -> None:
         """A counter event (``ph: "C"``) per system sample of the rank."""

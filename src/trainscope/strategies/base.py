@@ -80,6 +80,11 @@ class Strategy:
         :attr:`runs_schedule`): the loss and the seconds of the step's stages it ran."""
         raise NotImplementedError(f"strategy {self.name} does not run its own schedule")
 
+    def take_microbatches(self, n: int, origin: float) -> list[list[list[Any]]]:
+        """The microbatches of the oldest ``n`` steps not yet taken (a pipeline's, for
+        the step records and the trace), on the run's clock from ``origin``; [] here."""
+        return []
+
     def grad_norm(self, params: list[torch.Tensor]) -> torch.Tensor | None:
         """The global norm of the gradients when they are spread over ranks (for
         clipping); None: the local gradients are all of them."""

@@ -27,6 +27,7 @@ otherwise), which the run's record says.
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -161,6 +162,7 @@ class PipelineStrategy(Strategy):
         ]
         for pipe_stage in stages:
             self._timing.instrument(pipe_stage)
+        self._timing.last_stage = n_stages - 1
         self.schedule = self._make_schedule(stages)
         self._has_first = 0 in self.carved.stage_ids
         self._has_last = n_stages - 1 in self.carved.stage_ids
@@ -230,6 +232,7 @@ class PipelineStrategy(Strategy):
         with precision.autocast():
             self.schedule.step(*args, target=targets if self._has_last else None,
                                losses=losses, return_outputs=False)  # fmt: skip
+        self._timing.finish()
         f, b, loss_s = self._timing.sums()
         if self._warm:  # the first step also agrees on shapes and sets up buffers: left out
             self.totals["wait_s"] += self._timing.now() - t0 - f - b - loss_s
@@ -241,6 +244,11 @@ class PipelineStrategy(Strategy):
         loss = torch.stack([x.detach().float() for x in losses]).mean() if losses else (
             torch.zeros((), device=self.device))  # fmt: skip
         return loss, {"forward": f, "backward": b + loss_s}
+
+    def take_microbatches(self, n: int, origin: float) -> list[list[list[Any]]]:
+        """Each of the oldest ``n`` steps' microbatches on this rank: [kind (F forward, B
+        backward, L loss), stage, microbatch, start, end], on the run's clock."""
+        return self._timing.take(n, origin)
 
     def sync_gradients(self, model: nn.Module) -> None:
         """Tied parameters' gradients summed between their stages; then, with data
@@ -351,7 +359,11 @@ class _ChunkTiming:
         self.device = device
         self.kind = "perf_counter" if device.type != "cuda" else "cuda_sync"
         self.events: list[tuple[str, int, int, float, float]] = []
+        # Finished steps' chunks, until the trainer takes them into its step records
+        # (bounded: a caller that never takes them keeps the last few thousand steps).
+        self.done: deque[list[tuple[str, int, int, float, float]]] = deque(maxlen=4096)
         self._loss_fn: Callable[..., torch.Tensor] | None = None
+        self.last_stage = -1
 
     def now(self) -> float:
         """The clock chunks are timed on (after a device synchronize on CUDA)."""
@@ -383,8 +395,22 @@ class _ChunkTiming:
         assert self._loss_fn is not None
         t0 = self.now()
         value = self._loss_fn(output, target)
-        self.events.append(("L", -1, -1, t0, self.now()))
+        # The stage is the last; which microbatch, the schedule does not say (-1).
+        self.events.append(("L", self.last_stage, -1, t0, self.now()))
         return value
+
+    def finish(self) -> None:
+        """The step's chunks are complete: keep them for :meth:`take`."""
+        self.done.append(self.events)
+
+    def take(self, n: int, origin: float) -> list[list[list[Any]]]:
+        """The oldest ``n`` finished steps' chunks: [kind, stage, microbatch, start, end],
+        seconds on the run's clock (perf_counter minus ``origin``)."""
+        out = []
+        for _ in range(min(n, len(self.done))):
+            out.append([[k, s, m, round(a - origin, 6), round(b - origin, 6)]
+                        for k, s, m, a, b in self.done.popleft()])  # fmt: skip
+        return out
 
     def sums(self) -> tuple[float, float, float]:
         """This step's forward, backward and loss seconds."""

@@ -323,6 +323,12 @@ class Trainer:
     def _on_steps(self, records: list[dict[str, Any]]) -> None:
         """Step records as the loop resolves them: to the record, the sinks, the console."""
         self.progress.add_steps(records)
+        # A pipeline's microbatches on this rank, each step's in its record (the trace
+        # draws them on the rank's track).
+        for r, chunks in zip(
+            records, self.ctx.strategy.take_microbatches(len(records), self.ctx.origin)
+        ):
+            r["microbatches"] = chunks
         for r in records:
             self.writer.log("step", **r)
         self.writer.flush()

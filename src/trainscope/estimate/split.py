@@ -1,0 +1,165 @@
+"""Memory per rank when the model itself is split: pipeline stages and tensor
+parallelism (no torch), for the GPT architectures, as trainscope's strategies split them.
+
+**Pipeline** (``strategies.pipeline``): ``S`` stages, the blocks shared out evenly (the
+later stages take the extra ones), the embeddings on the first stage, the final norm and
+the head on the last (a tied head is a second copy there, trained on both). A stage's
+activations are those of its blocks (and its end) for one microbatch of ``B/M``; how many
+microbatches it holds at once is the schedule's: all ``M`` under GPipe, at most ``S - k``
+on stage ``k`` under 1F1B. The interleaved schedule's is not estimated.
+
+**Tensor parallelism** (``strategies.tensor_parallel``): in every block, Q/K/V and the
+MLP's first layer are split by columns (weights and biases), the two output projections
+by rows (weights; their biases, the LayerNorms, the embeddings and the head stay whole).
+What attention saves, and the MLP's hidden activations, are split ``T`` ways; the
+residual stream, the LayerNorms' inputs and the Linear inputs taken from them are not.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from trainscope.errors import ConfigError
+from trainscope.estimate.activations import ActivationPlan, activation_bytes, plan
+from trainscope.estimate.archs import Arch
+from trainscope.estimate.states import ModelCounts, States, unsharded
+
+FIRST_STAGE_OUTSIDE = ("token ids", "positions", "embedding dropout mask")
+"""What the first stage saves outside the blocks (name prefixes); the rest is the last's."""
+TP_SPLIT = ("attention", "proj Linear input (attention output", "GELU input",
+            "proj Linear input (GELU output)")  # fmt: skip
+"""Saved tensors of a GPT block that tensor parallelism splits (name prefixes)."""
+
+
+@dataclass(frozen=True)
+class RankMemory:
+    """One rank's estimate."""
+
+    label: str
+    parameters: int
+    states: States
+    activations_per_microbatch: int
+    in_flight: int | None
+    """Microbatches held at once (None: not estimated)."""
+
+    @property
+    def activations(self) -> int | None:
+        """The most activation bytes held at once."""
+        if self.in_flight is None:
+            return None
+        return self.activations_per_microbatch * self.in_flight
+
+    def to_dict(self) -> dict[str, object]:
+        """Plain data."""
+        return {
+            "label": self.label,
+            "parameters": self.parameters,
+            "states": dataclasses.asdict(self.states),
+            "states_bytes": self.states.total,
+            "activations_per_microbatch_bytes": self.activations_per_microbatch,
+            "microbatches_in_flight": self.in_flight,
+            "activations_in_flight_bytes": self.activations,
+        }
+
+
+def _gpt_only(arch: Arch) -> None:
+    if arch.kind != "gpt" or not arch.hidden:
+        raise ConfigError(
+            "--pp-stages/--tp-size: estimated for GPT architectures (gpt-char, gpt2-*) only"
+        )
+
+
+def _spans(n_blocks: int, stages: int) -> list[tuple[int, int]]:
+    if stages > n_blocks:
+        raise ConfigError(f"{stages} pipeline stages need at least {stages} blocks; "
+                          f"the model has {n_blocks}")  # fmt: skip
+    base, extra = divmod(n_blocks, stages)
+    sizes = [base + (1 if k >= stages - extra else 0) for k in range(stages)]
+    starts = [sum(sizes[:k]) for k in range(stages)]
+    return [(a, a + s) for a, s in zip(starts, sizes)]
+
+
+def _block_counts(arch: Arch) -> tuple[int, int]:
+    """(parameters, tensors) of one GPT block."""
+    h, f, b = arch.hidden, arch.ffn, int(arch.bias)
+    ln = h * (1 + b)
+    params = 2 * ln + (3 * h * h + 3 * h * b) + (h * h + h * b) + (h * f + f * b) + (f * h + h * b)
+    return params, 6 * (1 + b)
+
+
+def in_flight(schedule: str, stages: int, microbatches: int, stage: int) -> int | None:
+    """Microbatches stage ``stage`` holds at once under ``schedule``."""
+    if schedule == "gpipe":
+        return microbatches
+    if schedule == "1f1b":
+        return min(microbatches, stages - stage)
+    return None  # interleaved: not estimated
+
+
+def _stage_plan(
+    full: ActivationPlan, span: tuple[int, int], first: bool, last: bool
+) -> ActivationPlan:
+    outside = tuple(
+        s for s in full.outside
+        if (first and s.what.startswith(FIRST_STAGE_OUTSIDE))
+        or (last and not s.what.startswith(FIRST_STAGE_OUTSIDE))
+    )  # fmt: skip
+    return dataclasses.replace(full, outside=outside, blocks=full.blocks[span[0] : span[1]])
+
+
+def pipeline_ranks(
+    arch: Arch, *, stages: int, microbatches: int, schedule: str, batch: int, seq_len: int,
+    precision: str, optimizer: str, device: str,
+) -> list[RankMemory]:  # fmt: skip
+    """Each stage's parameters, model states and activations in flight (``batch``: the
+    batch each step of the pipeline takes, cut into ``microbatches``)."""
+    _gpt_only(arch)
+    if batch % microbatches:
+        raise ConfigError(f"{microbatches} microbatches do not divide the batch of {batch}")
+    block_params, block_tensors = _block_counts(arch)
+    h, b = arch.hidden, int(arch.bias)
+    full = plan(arch, batch // microbatches, seq_len, device)
+    out = []
+    for k, span in enumerate(_spans(arch.layers, stages)):
+        first, last = k == 0, k == stages - 1
+        n = span[1] - span[0]
+        params = n * block_params + (arch.vocab * h + arch.positions * h if first else 0)
+        params += (h * (1 + b) + arch.vocab * h) if last else 0  # ln_f and the head (a copy)
+        tensors = n * block_tensors + (2 if first else 0) + ((1 + b) + 1 if last else 0)
+        counts = ModelCounts(params, params, tensors)
+        act = activation_bytes(_stage_plan(full, span, first, last), "none", precision, device)
+        out.append(RankMemory(f"stage {k}", params, unsharded(counts, precision, optimizer),
+                              act.total, in_flight(schedule, stages, microbatches, k)))  # fmt: skip
+    return out
+
+
+def tp_rank(
+    arch: Arch, *, tp: int, batch: int, seq_len: int, precision: str, optimizer: str,
+    device: str,
+) -> RankMemory:  # fmt: skip
+    """One tensor-parallel rank's parameters, model states and activations (``batch``:
+    the batch every rank computes on)."""
+    _gpt_only(arch)
+    if arch.heads % tp:
+        raise ConfigError(f"{arch.heads} heads do not divide by --tp-size {tp}")
+    h, f, b = arch.hidden, arch.ffn, int(arch.bias)
+    ln = h * (1 + b)
+    split = (3 * h * h + 3 * h * b) + h * h + (h * f + f * b) + f * h
+    block = 2 * ln + 2 * h * b + split // tp
+    params = arch.layers * block + arch.vocab * h + arch.positions * h + ln
+    tensors = arch.layers * 6 * (1 + b) + 2 + (1 + b)
+    full = plan(arch, batch, seq_len, device)
+
+    def shard(saved: tuple) -> tuple:
+        return tuple(dataclasses.replace(s, elements=s.elements // tp)
+                     if s.what.startswith(TP_SPLIT) else s for s in saved)  # fmt: skip
+
+    blocks = tuple(dataclasses.replace(bl, saved=shard(bl.saved)) for bl in full.blocks)
+    act = activation_bytes(dataclasses.replace(full, blocks=blocks), "none", precision, device)
+    counts = ModelCounts(params, params, tensors)
+    return RankMemory(f"tp rank (of {tp})", params, unsharded(counts, precision, optimizer),
+                      act.total, 1)  # fmt: skip
+
+
+__all__ = ["RankMemory", "in_flight", "pipeline_ranks", "tp_rank"]

@@ -1,0 +1,149 @@
+"""Sections of the scaling study's report: measured speed-up and efficiency per process
+count, where the rest of the wall time went, and the α–β projection to many devices."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from trainscope.comm.cost_model import given
+from trainscope.comm.scaling import DEVICES, project
+from trainscope.records.study_dir import StudyRecord
+from trainscope.reports.document import Document, escape_inline
+from trainscope.reports.section import Section
+from trainscope.reports.stats import MISSING, SPREAD_NOTE, fmt_spread, step_ms
+from trainscope.reports.tables import Table
+from trainscope.util.spread import Spread, differ, spread
+
+FIXED_STAGES = ("setup", "compile", "evaluation", "checkpoint", "other")
+"""Stages no number of devices shortens (start-up, evaluation...): Amdahl's serial part."""
+
+
+def fixed_share(summary: dict[str, Any]) -> float | None:
+    """The share of a run's wall time outside its training steps."""
+    stages, wall = summary.get("stages_s") or {}, summary.get("wall_time_s")
+    if not isinstance(wall, (int, float)) or wall <= 0:
+        return None
+    fixed = sum(v for k, v in stages.items() if k in FIXED_STAGES and isinstance(v, (int, float)))
+    return fixed / wall
+
+
+def grad_bytes(summary: dict[str, Any]) -> int | None:
+    """Gradient bytes all-reduced per step (the run's recorded gradient layout)."""
+    sizes = (summary.get("gradients") or {}).get("tensor_bytes")
+    ok = isinstance(sizes, list) and all(isinstance(s, int) for s in sizes)
+    return sum(sizes) if ok and sizes else None
+
+
+def _mode_rows(
+    study: StudyRecord, mode: str
+) -> tuple[list[list[Any]], dict[int, Spread], list, set[int]]:
+    rows: list[list[Any]] = []
+    steps: dict[int, Spread] = {}
+    summaries: list[dict[str, Any]] = []
+    over: set[int] = set()  # process counts that did not fit the core budget
+    for cfg in study.configs():
+        if cfg.labels.get("mode") != mode:
+            continue
+        n = int(cfg.labels.get("processes") or 1)
+        if cfg.labels.get("budget_kept") is False:
+            over.add(n)
+        recs = [r.summary for r in study.measured(cfg.config)]
+        summaries += recs
+        st = steps[n] = spread(step_ms(s) for s in recs)
+        rate = spread(s.get("samples_per_s") for s in recs)
+        fixed = spread(fixed_share(s) for s in recs)
+        shown = f"{n} (over the core budget)" if n in over else str(n)
+        rows.append([shown, str(cfg.labels.get("global_batch")), str(st.n), fmt_spread(st),
+                     fmt_spread(rate), "", "",
+                     fmt_spread(fixed, lambda v: f"{100 * v:.0f}%")])  # fmt: skip
+    base = steps.get(1)
+    for row in rows:
+        n = int(str(row[0]).split()[0])
+        st = steps[n]
+        if base is None or not (base.median and st.median):
+            row[5] = row[6] = MISSING
+            continue
+        speed = base.median / st.median * (n if mode == "weak" else 1)
+        eff = speed / n
+        noise = "" if n == 1 or differ(base, st) else " (spreads overlap)"
+        row[5], row[6] = f"{speed:.2f}x{noise}", f"{100 * eff:.0f}%"
+    return rows, steps, summaries, over
+
+
+def _finding(mode: str, row: list[Any], one: list[Any], over: bool) -> str:
+    """One sentence on a process count against one process."""
+    n = str(row[0]).split()[0]
+    if over:
+        return (f"{mode} scaling on {n} processes: more processes than the core budget "
+                "(oversubscribed): shown, not compared.")  # fmt: skip
+    if row[3] == MISSING:
+        return f"{mode} scaling on {n} processes: no steady-state step measured."
+    return (f"{mode} scaling on {n} processes: speed-up {row[5]}, efficiency {row[6]} "
+            f"(step {row[3]} ms against {one[3]} ms on one).")  # fmt: skip
+
+
+def _projection(doc: Document, section: Section, study: StudyRecord, mode: str,
+                steps: dict[int, Spread], summaries: list[dict[str, Any]]) -> None:  # fmt: skip
+    links = study.plan.options.get("links") or {}
+    base = steps.get(1)
+    nbytes = next((b for s in summaries if (b := grad_bytes(s))), None)
+    if not links or base is None or not base.median or not nbytes:
+        doc.paragraph("No projection: it needs the one-process run's step time, the "
+                      "gradients' bytes and a named interconnect.")  # fmt: skip
+        return
+    rows = []
+    for key, link in links.items():
+        fit = given(float(link["alpha_s"]), float(link["bandwidth_GBps"]), 2)["all_reduce"]
+        for p in project(base.median / 1e3, nbytes, fit, mode, DEVICES):
+            lo, hi = p.efficiency
+            rows.append([escape_inline(key), str(p.devices), f"{1e3 * p.compute_s:.3g}",
+                         f"{1e3 * p.allreduce_s:.3g}",
+                         f"{1e3 * p.step_s_overlap:.3g}–{1e3 * p.step_s_no_overlap:.3g}",
+                         f"{100 * lo:.0f}–{100 * hi:.0f}%"])  # fmt: skip
+    table = Table(
+        ["Link", "Devices", "Compute (ms)", "All-reduce (ms)", "Step (ms)", "Efficiency"],
+        rows,
+        f"{mode.capitalize()} scaling projected by the α–β model from the one-process step "
+        f"({base.median:.3g} ms, taken as compute) and {nbytes} gradient bytes per step: "
+        "ring all-reduce, α per message and 1/β per link as the interconnect's figures "
+        "(orders of magnitude, not measured here); step and efficiency from full overlap "
+        "with compute to none. Compute assumed to divide perfectly.",
+        f"tab:scaling-projection-{mode}",
+        "lrrrrr",
+    )
+    section.tables[f"projection_{mode}"] = table
+    doc.table(table)
+
+
+def scaling_sections(study: StudyRecord, doc: Document, plots: Path) -> Section:
+    """Per mode: the measured table, its findings, and the projection."""
+    section = Section()
+    doc.heading("Scaling", 2)
+    strategy = escape_inline(str(study.plan.options.get("strategy")))
+    for mode in study.plan.options.get("modes") or []:
+        doc.heading(f"{mode.capitalize()} scaling ({strategy})", 3)
+        rows, steps, summaries, over = _mode_rows(study, mode)
+        ideal = "1/n of one process's" if mode == "strong" else "one process's"
+        table = Table(
+            ["Processes", "Global batch", "n", "Step (ms)", "Samples/s", "Speed-up",
+             "Efficiency", "Fixed share of wall"],
+            rows,
+            f"{SPREAD_NOTE}; the same core budget in every row (the machine's cores shared "
+            f"out over the processes). Ideal step: {ideal}. Speed-up from the medians (its "
+            "spread: the step's); fixed share: setup, evaluation and the rest outside the "
+            "training steps, which more devices do not shorten.",
+            f"tab:scaling-{mode}",
+            "rrrrrrrr",
+        )  # fmt: skip
+        section.tables[mode] = table
+        doc.table(table)
+        for row in rows[1:]:
+            text = _finding(mode, row, rows[0], int(str(row[0]).split()[0]) in over)
+            section.findings.append(text)
+            doc.paragraph(escape_inline(text))
+        _projection(doc, section, study, mode, steps, summaries)
+    return section
+
+
+__all__ = ["fixed_share", "grad_bytes", "scaling_sections"]
