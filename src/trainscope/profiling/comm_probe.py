@@ -9,7 +9,9 @@ with the next operation needing the result, about the same). Those that
 ``recv``: a pipeline's transfers, a hand-written sync, DDP's communication hook): timed as
 the call, which for a blocking call includes the transfer and for an asynchronous one (an
 ``isend``, a DDP bucket) is its launch only. A collective that a C++ component issues
-directly to the process group is not seen.
+directly to the process group is not seen, nor one issued from another thread than the
+step's (the dispatch mode is this thread's): FSDP2's counts can be short of its
+collectives for that reason.
 
 Only one step is probed (a dispatch mode in Python slows every operator of the step it
 watches); the step's stage times are its own as always, and the probe's seconds are host
@@ -30,8 +32,11 @@ NAMESPACES = ("_c10d_functional", "c10d_functional", "c10d")
 COLLECTIVES = (
     "all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single",
     "broadcast", "allreduce", "allgather", "reduce_scatter", "alltoall", "send", "recv",
+    "_allgather_base", "_reduce_scatter_base", "allgather_into_tensor_coalesced",
+    "reduce_scatter_tensor_coalesced", "allreduce_coalesced",
 )  # fmt: skip
-"""Op names (without overload and trailing underscore) counted; helpers such as
+"""Op names (without overload and trailing underscore) counted (c10d's ``_allgather_base``
+is what ``dist.all_gather_into_tensor`` calls, as FSDP2 does); helpers such as
 ``_wrap_tensor_autograd`` are not collectives."""
 
 
