@@ -364,6 +364,10 @@ for _study in (
                 "the pipeline's microbatch counts (default 2,4,8)")}),
             Flag(("--no-2d",), {"action": "store_true",
                                 "help": "leave out dp x pipeline and dp x tp"}),
+            Flag(("--cost-model",), {
+                "metavar": "DIR",
+                "help": "a `trainscope collectives` study: its all_reduce fit predicts "
+                "tensor parallelism's communication, shown beside the measured"}),
         ),
         fresh_process=True,
         sets={

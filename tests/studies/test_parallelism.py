@@ -114,17 +114,26 @@ def test_a_run_flag_the_study_sets_is_refused(tmp_path: Path, capsys) -> None:
 def test_a_small_study_end_to_end(tmp_path: Path) -> None:
     if not (DATA / "input.txt").is_file():
         pytest.skip("shared Tiny Shakespeare not present")
+    sweep = tmp_path / "sweep"  # a small collectives sweep: the fit that predicts tp
+    assert main(["collectives", "--nproc", "2", "--sizes", "4K:64K", "--ops", "all_reduce",
+                 "--out", str(sweep), "-q"]) == 0  # fmt: skip
     out = tmp_path / "par"
     code = main(["study", "parallelism", "--data-dir", str(DATA), "--layouts",
-                 "single,pp-gpipe-m2,tp", "--repeats", "1",
+                 "single,pp-gpipe-m2,tp", "--repeats", "1", "--cost-model", str(sweep),
                  "--set", "train.max_steps_per_epoch=4", "--out", str(out), "-q"])  # fmt: skip
     assert code == 0
     report = (out / "report" / "report.md").read_text()
-    rows = {line.split("|")[1].strip(): line for line in report.splitlines()
-            if line.startswith("| ") and "|" in line[2:]}  # fmt: skip
+    rows: dict[str, str] = {}
+    for line in report.splitlines():  # the first table's rows (the tp table's come after)
+        if line.startswith("| ") and "|" in line[2:]:
+            rows.setdefault(line.split("|")[1].strip(), line)
     assert {"single", "pp-gpipe-m2", "tp"} <= set(rows)
     assert "0.333" in rows["pp-gpipe-m2"]  # the theory beside the measured bubble
     assert "all_reduce x16" in rows["tp"]  # 4 per block, 4 blocks
+    tp_rows = [line for line in report.splitlines() if "| tp " in line and "16 / 16" in line]
+    assert len(tp_rows) == 1  # predicted beside measured: 16 all-reduces of 512 KiB
+    predicted = float(tp_rows[0].split("|")[4])
+    assert predicted > 0  # from the sweep's α–β fit
     # Compared with single where the machine's cores hold 2 processes; else said why not.
     assert "pp-gpipe-m2 vs single: step time" in report or (
         "pp-gpipe-m2:" in report and "oversubscribed" in report

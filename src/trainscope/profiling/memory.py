@@ -135,16 +135,15 @@ class ActivationCount:
 
 
 class _Held:
-    """A saved tensor as autograd keeps it while the probe counts: when autograd lets go
-    of it (its backward has run) the bytes leave the count of what is in flight."""
+    """A saved tensor as autograd keeps it while the probe counts: when backward takes it
+    back (its node runs; autograd frees it right after) its bytes leave the count of what
+    is in flight. Taken back, not garbage-collected: a finalizer (``__del__``) would be
+    where a stop signal's exception gets lost and printed (see runtime.signals)."""
 
-    __slots__ = ("key", "owner", "t")
+    __slots__ = ("key", "live", "owner", "t")
 
     def __init__(self, t: torch.Tensor, owner: SavedActivations, key: tuple[str, int]) -> None:
-        self.t, self.owner, self.key = t, owner, key
-
-    def __del__(self) -> None:
-        self.owner._release(self.key)
+        self.t, self.owner, self.key, self.live = t, owner, key, True
 
 
 class SavedActivations:
@@ -254,7 +253,12 @@ class SavedActivations:
 
 
 def _unpack(packed: Any) -> Any:
-    return packed.t if isinstance(packed, _Held) else packed
+    if not isinstance(packed, _Held):
+        return packed
+    if packed.live:  # the first time backward reads it: its node is running now
+        packed.live = False
+        packed.owner._release(packed.key)
+    return packed.t
 
 
 class _PeakTimer:

@@ -12,6 +12,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from trainscope.comm.cost_model import fit_for, fits_from_dict
+from trainscope.comm.tensor_parallel import predict_from_summary
 from trainscope.records.study_dir import StudyRecord
 from trainscope.reports.document import Document, escape_inline
 from trainscope.reports.memory import memory_of
@@ -102,6 +104,52 @@ def _row(
     ], step
 
 
+def _tp_table(study: StudyRecord, doc: Document, section: Section) -> None:
+    """Tensor parallelism's all-reduces: the split's count and size, and with a cost model
+    their time, beside what the probed step measured."""
+    model = study.plan.options.get("cost_model") or {}
+    fit = fit_for(fits_from_dict(model.get("fits")), "all_reduce")
+    rows = []
+    for cfg in study.configs():
+        recs = study.measured(cfg.config)
+        pred = predict_from_summary(recs[0].summary, fit) if recs else None
+        if pred is None:
+            continue
+        ops = ((recs[0].summary.get("comm") or {}).get("collectives") or {}).get("ops") or {}
+        measured = ops.get("all_reduce") or {}
+        seconds = spread(
+            (((r.summary.get("comm") or {}).get("collectives") or {}).get("ops") or {})
+            .get("all_reduce", {}).get("seconds") for r in recs
+        )  # fmt: skip
+        calls = measured.get("calls")
+        each = measured["bytes"] // calls if calls else None
+        rows.append([
+            escape_inline(str(cfg.labels.get("layout", cfg.config))),
+            f"{pred.calls} / {calls if calls is not None else MISSING}",
+            f"{fmt_bytes(pred.bytes_per_call)} / {fmt_bytes(each) if each else MISSING}",
+            MISSING if pred.seconds is None else f"{1e3 * pred.seconds:.3g}",
+            fmt_spread(seconds, lambda v: f"{1e3 * v:.3g}") if seconds.median is not None
+            else MISSING,
+        ])  # fmt: skip
+    if not rows:
+        return
+    where = escape_inline(str(model.get("source"))) if fit is not None else None
+    table = Table(
+        ["Layout", "All-reduces: predicted / measured", "Each: predicted / measured",
+         "Predicted (ms)", "Measured (ms)"],
+        rows,
+        "Tensor parallelism's all-reduces per step: 4 per block of batch x context x width "
+        "fp32 activations (the split's count), and the probed step's, each waited for at "
+        "once. Predicted time: "
+        + (f"α–β fit of all_reduce from {where}." if where else "give --cost-model DIR.")
+        + " Measured: host seconds in the all-reduces of one step per run (median over runs).",
+        "tab:parallelism-tp",
+        "lrrrr",
+    )  # fmt: skip
+    section.tables["tp_comm"] = table
+    doc.table(table)
+
+
 def parallelism_sections(study: StudyRecord, doc: Document, plots: Path) -> Section:
     """The layouts' table, and each against ``single``."""
     section = Section()
@@ -135,6 +183,7 @@ def parallelism_sections(study: StudyRecord, doc: Document, plots: Path) -> Sect
     )  # fmt: skip
     section.tables["parallelism"] = table
     doc.table(table)
+    _tp_table(study, doc, section)
     base = steps.get("single")
     for name, st in steps.items():
         if name == "single" or base is None:

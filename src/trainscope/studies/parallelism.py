@@ -13,8 +13,10 @@ side by side.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+from trainscope.collectives.predict_cli import fits_of_study
 from trainscope.config import PP_SCHEDULES
 from trainscope.errors import ConfigError
 from trainscope.records.study_dir import PlannedRun
@@ -26,6 +28,7 @@ from trainscope.studies.base import (
     repeats_of,
     study_planner,
 )
+from trainscope.studies.strategies_model import world_notes
 
 DEFAULT_MICROBATCHES = (2, 4, 8)
 
@@ -85,6 +88,7 @@ def plan(
     microbatches: tuple[int, ...] = DEFAULT_MICROBATCHES,
     layouts: list[str] | None = None,
     two_d: bool = True,
+    cost_model: dict[str, Any] | None = None,
 ) -> PlanResult:
     """One configuration per layout, each repeated, at the base config's global batch."""
     every = configurations(nproc, tuple(microbatches), two_d)
@@ -97,6 +101,8 @@ def plan(
         )
     options = {"nproc": nproc, "microbatches": list(microbatches), "layouts": names,
                "two_d": two_d}  # fmt: skip
+    if cost_model:
+        options["cost_model"] = cost_model
     return runs, options
 
 
@@ -127,4 +133,22 @@ def options_from_args(args: Any, overrides: dict[str, Any]) -> tuple[dict[str, A
         "layouts": name_list("layouts", chosen, tuple(every)),
         "two_d": two_d,
     }
-    return options, []
+    notes: list[str] = []
+    if getattr(args, "cost_model", None):
+        options["cost_model"] = cost_model(args.cost_model, nproc)
+        notes = options["cost_model"]["notes"]
+    return options, notes
+
+
+def cost_model(study_dir: str, nproc: int) -> dict[str, Any]:
+    """The all_reduce fit of a collectives study (``--cost-model DIR``), as the plan keeps
+    it: what predicts tensor parallelism's communication in the report."""
+    fits, where = fits_of_study(Path(study_dir))
+    if "all_reduce" not in fits:
+        raise ConfigError(
+            f"--cost-model {study_dir}: the sweep has no all_reduce fit, which predicts "
+            "tensor parallelism's communication; rerun it with all_reduce in --ops"
+        )
+    fit = fits["all_reduce"]
+    return {"source": where, "fits": {"all_reduce": fit.to_dict()},
+            "notes": world_notes([fit.world_size], nproc)}  # fmt: skip
