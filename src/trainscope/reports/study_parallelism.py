@@ -141,7 +141,7 @@ def _tp_table(study: StudyRecord, doc: Document, section: Section) -> None:
         "Tensor parallelism's all-reduces per step: 4 per block of batch x context x width "
         "fp32 activations (the split's count), and the probed step's, each waited for at "
         "once. Predicted time: "
-        + (f"α–β fit of all_reduce from {where}." if where else "give --cost-model DIR.")
+        + (f"the α–β fit of all_reduce ({where})." if where else "give --cost-model DIR.")
         + " Measured: host seconds in the all-reduces of one step per run (median over runs).",
         "tab:parallelism-tp",
         "lrrrr",
