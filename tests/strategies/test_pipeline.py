@@ -254,3 +254,27 @@ def test_the_estimator_predicts_each_stages_memory(layout: str, pipe_run) -> Non
             assert measured == e.activations
         else:
             assert measured == pytest.approx(e.activations, rel=1e-2)
+
+
+def resumed_equals_uninterrupted(tmp_path: Path, *flags: str) -> None:
+    """2 epochs in one go, and 1 epoch checkpointed then resumed to 2: the same weights,
+    bit for bit (each rank saves and restores its own stages' or shards' state)."""
+    common = [*_common(DATA), "--max-steps-per-epoch", "3", *flags]
+    whole, split = tmp_path / "whole", tmp_path / "split"
+    assert main([*common, "--epochs", "2", "--out", str(whole)]) == 0
+    assert main([*common, "--epochs", "1", "--checkpoint-every-epoch", "--out", str(split)]) == 0
+    assert main(["run", "--resume", str(split), "--epochs", "2", "-q", "--no-progress"]) == 0
+    summary = _summary(split)
+    assert summary["status"] == "completed" and summary["steps"] == 6
+    got, want = weights(split), weights(whole)
+    assert sorted(got) == sorted(want)
+    for name in want:
+        assert torch.equal(got[name], want[name]), name
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3 * LAUNCH_TIMEOUT)
+def test_a_pipeline_resumes_bit_exact(tmp_path: Path) -> None:
+    if not (DATA / "input.txt").is_file():
+        pytest.skip("shared Tiny Shakespeare not present")
+    resumed_equals_uninterrupted(tmp_path, "--strategy", "pipeline", "--nproc", "2")

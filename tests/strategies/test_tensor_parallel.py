@@ -170,3 +170,13 @@ def test_the_estimator_predicts_a_ranks_memory(tp_run) -> None:
         states = m["parameters_bytes"] + m["gradients_bytes"] + m["optimizer_states_bytes"]
         assert states == e.states.total
         assert m["activations_bytes"] == e.activations
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3 * LAUNCH_TIMEOUT)
+def test_tp_resumes_bit_exact(tmp_path: Path) -> None:
+    from tests.strategies.test_pipeline import resumed_equals_uninterrupted
+
+    if not (DATA / "input.txt").is_file():
+        pytest.skip("shared Tiny Shakespeare not present")
+    resumed_equals_uninterrupted(tmp_path, "--n-head", "4", "--strategy", "tp", "--nproc", "2")
