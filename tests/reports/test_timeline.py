@@ -351,3 +351,21 @@ def test_a_pipeline_steps_microbatches_are_read_and_bad_ones_skipped() -> None:
         Chunk("B", 1, 0, 11.0, 11.25),
     )
     assert _chunks({"F": 1}, 0.0) == () and _chunks(None, 0.0) == ()
+
+
+def test_a_pipeline_steps_forward_and_backward_are_drawn_where_its_microbatches_ran() -> None:
+    from trainscope.reports.timeline import Chunk, Step, _stage_intervals
+
+    step = Step(
+        step=1, epoch=1, t=10.0,
+        stages=(("data_wait", 0.1), ("forward", 0.2), ("backward", 0.3),
+                ("pipeline_wait", 0.4), ("optimizer", 0.05)),
+        chunks=(Chunk("F", 0, 0, 10.1, 10.2), Chunk("F", 0, 1, 10.3, 10.4),
+                Chunk("B", 0, 0, 10.6, 10.9), Chunk("L", 1, -1, 10.5, 10.55)),
+    )  # fmt: skip
+    got = _stage_intervals([step])
+    assert got["data_wait"] == ([10.0], [0.1])
+    assert got["forward"][0] == [10.1, 10.3]
+    assert got["backward"][0] == [10.6, 10.5]  # the loss is in "loss + backward"
+    assert "pipeline_wait" not in got  # the gaps between microbatches are the wait
+    assert got["optimizer"][0] == [pytest.approx(11.0)]  # after the whole schedule

@@ -77,6 +77,10 @@ class Chunk:
 
 
 CHUNK_KINDS = {"F": "forward", "B": "backward", "L": "loss"}
+CHUNK_STAGES = {"F": "forward", "B": "backward", "L": "backward"}
+"""The step stage a microbatch's part belongs to (the loss is in "loss + backward")."""
+SCHEDULED_STAGES = ("forward", "backward", "pipeline_wait")
+"""A pipeline step's stages that its microbatches show as they ran."""
 
 
 def _chunks(raw: Any, offset: float) -> tuple[Chunk, ...]:
@@ -429,15 +433,24 @@ def _draw_system_panel(
 
 
 def _stage_intervals(steps: list[Step]) -> dict[str, tuple[list[float], list[float]]]:
-    # Per stage: (starts, durations). Stages ran back to back from the step's start.
+    # Per stage: (starts, durations). Stages ran back to back from the step's start; a
+    # pipeline step's forward and backward are its microbatches, where they ran (the gaps
+    # between them are its wait: not drawn).
     out: dict[str, tuple[list[float], list[float]]] = {}
+
+    def add(name: str, start: float, duration: float) -> None:
+        starts, durs = out.setdefault(name, ([], []))
+        starts.append(start)
+        durs.append(duration)
+
     for s in steps:
         t = s.t
         for name, d in s.stages:
-            starts, durs = out.setdefault(name, ([], []))
-            starts.append(t)
-            durs.append(d)
+            if not (s.chunks and name in SCHEDULED_STAGES):
+                add(name, t, d)
             t += d
+        for c in s.chunks:
+            add(CHUNK_STAGES[c.kind], c.start, c.end - c.start)
     return out
 
 

@@ -21,14 +21,12 @@ from trainscope.records.jsonio import atomic_write_text, dumps, finite
 from trainscope.records.run_dir import STAGES, RunRecord
 from trainscope.reports.timeline import (
     CHUNK_KINDS,
+    SCHEDULED_STAGES,
     RankTimeline,
     Timeline,
     load_timeline,
     no_timeline_reason,
 )
-
-# A pipeline step's stages that its microbatch events show as they ran.
-SCHEDULED_STAGES = ("forward", "backward", "pipeline_wait")
 
 # What the trace is called next to a report (the lead decides where it is written).
 TRACE_FILE = "trace.json"
