@@ -2,7 +2,8 @@
 
 Each measurement is one whole ``trainscope run --strategy pipeline --nproc S`` of a
 character GPT (gpt-char; Tiny Shakespeare from ``--data-dir``), one intra-op thread per
-process; the single-process baseline runs with S threads (the same core budget). The configurations run round-robin, ``--runs`` times each (a first round is a
+process; the single-process baseline runs with S threads (the same core budget). The
+configurations run round-robin, ``--runs`` times each (a first round is a
 warm-up and discarded), so a slow spell of the machine hits all of them. Per run, the
 steps after the first ``--skip`` are read from every rank's metrics.jsonl; a rank's
 bubble is its ``pipeline_wait`` over its forward + backward + pipeline_wait (the time it
@@ -24,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from trainscope.strategies.layout import theory_bubble
+from trainscope.comm.pipeline import theory_bubble
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
 
@@ -105,7 +106,8 @@ def main() -> None:
                 if r:
                     results[(schedule, m)].append(res)
     print(f"S = {args.stages} stages, gpt-char {args.n_layer} layers x {args.n_embd}, "
-          f"block {args.block_size}, batch {args.batch_size}; first {args.skip} steps left out")  # fmt: skip
+          f"block {args.block_size}, batch {args.batch_size}; "
+          f"first {args.skip} steps left out")  # fmt: skip
     print()
     print("| schedule | M | bubble measured | theory | time/step (ms) | in flight per rank (KiB) |")
     print("| --- | ---: | ---: | ---: | ---: | --- |")

@@ -2,24 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
 
+from tests.strategies import test_strategies
 from trainscope.profiling.comm_probe import CollectiveCounter, CommProbe
-from trainscope.runtime.dist import DistInfo, destroy_distributed, init_distributed
+from trainscope.runtime.dist import DistInfo
 
-
-@pytest.fixture
-def world_of_one(monkeypatch: pytest.MonkeyPatch) -> Iterator[DistInfo]:
-    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
-        monkeypatch.delenv(var, raising=False)
-    info = init_distributed("gloo", "cpu", 30)
-    try:
-        yield info
-    finally:
-        destroy_distributed(info)
+# A real gloo process group of one rank (the strategies tests' fixture).
+world_of_one = test_strategies.world_of_one
 
 
 @pytest.mark.timeout(120)

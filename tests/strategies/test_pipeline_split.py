@@ -9,16 +9,16 @@ import pytest
 import torch
 from torch import nn
 
+from trainscope.comm.pipeline import split_even, theory_bubble
 from trainscope.config import from_dict
 from trainscope.errors import ConfigError
 from trainscope.profiling.timer import HostStageTimer
-from trainscope.strategies.layout import check_layout, check_pipeline, theory_bubble
+from trainscope.strategies.layout import check_layout, check_pipeline
 from trainscope.strategies.pipeline_split import (
     StageModule,
     carve,
     measure_costs,
     split_by_cost,
-    split_even,
     stage_rank,
 )
 from trainscope.workloads.base import pipeline_parts

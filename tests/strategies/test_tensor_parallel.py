@@ -12,7 +12,6 @@ by far more (the losses differ in the first step).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +19,7 @@ import pytest
 import torch
 
 from tests.strategies.test_parity import step_lines, weights
-from tests.strategies.test_pipeline import DATA, LAUNCH_TIMEOUT, STEPS, _common
-from trainscope.cli import main
+from tests.strategies.test_pipeline import DATA, LAUNCH_TIMEOUT, STEPS, pipe_run
 from trainscope.config import from_dict
 from trainscope.errors import ConfigError
 from trainscope.strategies.layout import check_tp
@@ -85,24 +83,8 @@ def test_tp_size_must_match_the_processes() -> None:
         from_dict({"dist": {"strategy": "tp", "nproc": 4, "tp_size": 2}})
 
 
-@pytest.fixture(scope="module")
-def tp_run(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
-    """``get(*flags)``: the run directory of gpt-char with those flags, run once."""
-    if not (DATA / "input.txt").is_file():
-        pytest.skip("shared Tiny Shakespeare not present")
-    root = tmp_path_factory.mktemp("tp")
-    done: dict[tuple[str, ...], Path] = {}
-
-    def get(*flags: str) -> Path:
-        if flags not in done:
-            out = root / (("-".join(flags) or "single").replace("-", "_").strip("_"))
-            code = main([*_common(DATA), *flags, "--out", str(out)])
-            summary = json.loads((out / "summary.json").read_text())
-            assert code == 0 and summary["status"] == "completed", summary.get("error")
-            done[flags] = out
-        return done[flags]
-
-    return get
+# The same module-scoped runner as the pipeline's tests (one run per set of flags).
+tp_run = pipe_run
 
 
 def _summary(run: Path, rank: int = 0) -> dict[str, Any]:

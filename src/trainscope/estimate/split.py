@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from trainscope.comm.pipeline import split_even
 from trainscope.errors import ConfigError
 from trainscope.estimate.activations import ActivationPlan, activation_bytes, plan
 from trainscope.estimate.archs import Arch
@@ -70,16 +71,6 @@ def _gpt_only(arch: Arch) -> None:
         )
 
 
-def _spans(n_blocks: int, stages: int) -> list[tuple[int, int]]:
-    if stages > n_blocks:
-        raise ConfigError(f"{stages} pipeline stages need at least {stages} blocks; "
-                          f"the model has {n_blocks}")  # fmt: skip
-    base, extra = divmod(n_blocks, stages)
-    sizes = [base + (1 if k >= stages - extra else 0) for k in range(stages)]
-    starts = [sum(sizes[:k]) for k in range(stages)]
-    return [(a, a + s) for a, s in zip(starts, sizes)]
-
-
 def _block_counts(arch: Arch) -> tuple[int, int]:
     """(parameters, tensors) of one GPT block."""
     h, f, b = arch.hidden, arch.ffn, int(arch.bias)
@@ -121,7 +112,7 @@ def pipeline_ranks(
     h, b = arch.hidden, int(arch.bias)
     full = plan(arch, batch // microbatches, seq_len, device)
     out = []
-    for k, span in enumerate(_spans(arch.layers, stages)):
+    for k, span in enumerate(split_even(arch.layers, stages)):
         first, last = k == 0, k == stages - 1
         n = span[1] - span[0]
         params = n * block_params + (arch.vocab * h + arch.positions * h if first else 0)

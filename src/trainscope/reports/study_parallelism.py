@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from trainscope.comm.cost_model import fit_for, fits_from_dict
+from trainscope.comm.pipeline import theory_bubble as pipeline_bubble
 from trainscope.comm.tensor_parallel import predict_from_summary
 from trainscope.records.study_dir import StudyRecord
 from trainscope.reports.document import Document, escape_inline
@@ -24,12 +25,10 @@ from trainscope.util.spread import Spread, spread
 
 
 def theory_bubble(schedule: str | None, stages: int, microbatches: int | None) -> float | None:
-    """(S-1)/(M+S-1), or (S-1)/(2M+S-1) interleaved (as strategies.layout computes it; this
-    module reads records only)."""
+    """The schedule's bubble in theory (comm.pipeline), None where it has none."""
     if not schedule or not microbatches or stages < 2:
         return None
-    v = 2 if schedule.startswith("interleaved") else 1
-    return (stages - 1) / (v * microbatches + stages - 1)
+    return pipeline_bubble(schedule, stages, microbatches)
 
 
 def _ranks(summary: dict[str, Any]) -> list[dict[str, Any]]:

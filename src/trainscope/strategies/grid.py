@@ -33,6 +33,17 @@ def check_grid(world: int, inner: int | None, dp: int | None, what: str) -> tupl
     return inner, dp
 
 
+def replica_batch(global_batch: int, dp: int) -> int:
+    """Each data-parallel replica's share of the global batch; refused in one line when
+    it does not split evenly."""
+    if global_batch % dp:
+        raise ConfigError(
+            f"the global batch size {global_batch} does not split evenly across the {dp} "
+            f"data-parallel replicas: choose a multiple of {dp}"
+        )
+    return global_batch // dp
+
+
 @dataclass
 class Grid:
     """This rank's place in a ``dp x inner`` grid, and its two process groups."""

@@ -11,26 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainscope.comm.pipeline import stages_per_rank
 from trainscope.errors import ConfigError
-from trainscope.strategies.grid import check_grid
+from trainscope.strategies.grid import check_grid, replica_batch
 from trainscope.workloads import workload_layout
 
 DEFAULT_MICROBATCHES = 4
 DEFAULT_SCHEDULE = "1f1b"
-
-
-def stages_per_rank(schedule: str) -> int:
-    """Stages each rank runs: two for the interleaved schedule, else one."""
-    return 2 if schedule.startswith("interleaved") else 1
-
-
-def theory_bubble(schedule: str, stages: int, microbatches: int) -> float:
-    """The idle fraction of a step on each rank when every stage costs the same and
-    transfers are free: (S-1)/(M+S-1), or (S-1)/(V*M+S-1) interleaved (Narayanan et al.,
-    2021, whose bubble-to-work ratios (S-1)/M and (S-1)/(VM) these are, as shares of the
-    step)."""
-    v = stages_per_rank(schedule)
-    return (stages - 1) / (v * microbatches + stages - 1)
 
 
 def check_layout(pp: int, microbatches: int, schedule: str, batch: int) -> None:
@@ -57,16 +44,6 @@ def check_layout(pp: int, microbatches: int, schedule: str, batch: int) -> None:
         )
 
 
-def _replica_batch(batch: int, dp: int) -> int:
-    """Each data-parallel replica's share of the batch; refused when it does not split."""
-    if batch % dp:
-        raise ConfigError(
-            f"the global batch size {batch} does not split evenly across the {dp} "
-            f"data-parallel replicas: choose a multiple of {dp}"
-        )
-    return batch // dp
-
-
 def _common(cfg: Any, strategy: str) -> dict[str, Any] | None:
     """What neither model-splitting strategy runs yet, and the workload's layout."""
     if cfg.runtime.precision == "fp16":
@@ -85,7 +62,7 @@ def check_tp(cfg: Any) -> None:
     """Refuse a tensor-parallel run (a RunConfig) that cannot run, before any process
     starts: fewer than 2 processes, heads that do not divide by them."""
     tp, dp = check_grid(cfg.dist.world_size, cfg.dist.tp_size, cfg.dist.dp_size, "--tp-size")
-    _replica_batch(cfg.data.batch_size, dp)
+    replica_batch(cfg.data.batch_size, dp)
     if tp < 2:
         raise ConfigError(f"tensor parallelism needs at least 2 processes; got {tp}")
     layout = _common(cfg, "tp")
@@ -107,7 +84,7 @@ def check_pipeline(cfg: Any) -> None:
     d = cfg.dist
     pp, dp = check_grid(d.world_size, d.pp_stages, d.dp_size, "--pp-stages")
     schedule = d.pp_schedule or DEFAULT_SCHEDULE
-    batch = _replica_batch(cfg.data.batch_size, dp)
+    batch = replica_batch(cfg.data.batch_size, dp)
     check_layout(pp, d.microbatches or DEFAULT_MICROBATCHES, schedule, batch)
     layout = _common(cfg, "pipeline")
     if layout is None:

@@ -34,23 +34,23 @@ from typing import Any
 import torch
 from torch import nn
 
+from trainscope.comm.pipeline import split_even, stages_per_rank, theory_bubble
 from trainscope.config import PP_SCHEDULES
 from trainscope.errors import ConfigError
 from trainscope.strategies.base import Strategy
-from trainscope.strategies.grid import Grid, average_over_replicas, check_grid, make_grid
-from trainscope.strategies.layout import (
-    DEFAULT_MICROBATCHES,
-    DEFAULT_SCHEDULE,
-    check_layout,
-    stages_per_rank,
-    theory_bubble,
+from trainscope.strategies.grid import (
+    Grid,
+    average_over_replicas,
+    check_grid,
+    make_grid,
+    replica_batch,
 )
+from trainscope.strategies.layout import DEFAULT_MICROBATCHES, DEFAULT_SCHEDULE, check_layout
 from trainscope.strategies.pipeline_split import (
     Carved,
     carve,
     measure_costs,
     split_by_cost,
-    split_even,
     stage_rank,
 )
 from trainscope.workloads.base import pipeline_parts
@@ -116,12 +116,7 @@ class PipelineStrategy(Strategy):
 
     def local_batch_size(self, global_batch: int) -> int:
         """The replica's share of the batch (all of it without data parallelism)."""
-        if global_batch % self.dp:
-            raise ConfigError(
-                f"the global batch size {global_batch} does not split evenly across the "
-                f"{self.dp} data-parallel replicas: choose a multiple of {self.dp}"
-            )
-        local = global_batch // self.dp
+        local = replica_batch(global_batch, self.dp)
         check_layout(self.pp, self.microbatches, self.schedule_name, local)
         self.microbatch_size = local // self.microbatches
         return local

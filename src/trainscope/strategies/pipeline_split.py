@@ -24,19 +24,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from trainscope.errors import ConfigError
+from trainscope.comm.pipeline import bounds, split_even
 from trainscope.workloads.base import PipelineParts
-
-
-def split_even(n_blocks: int, n_stages: int) -> list[tuple[int, int]]:
-    """Contiguous block ranges ``[start, end)``, one per stage, sizes differing by at most
-    one (the later stages get the extra blocks: the first carries the embeddings)."""
-    if n_stages > n_blocks:
-        raise ConfigError(f"{n_stages} pipeline stages need at least {n_stages} blocks; "
-                          f"the model has {n_blocks}")  # fmt: skip
-    base, extra = divmod(n_blocks, n_stages)
-    sizes = [base + (1 if k >= n_stages - extra else 0) for k in range(n_stages)]
-    return _bounds(sizes)
 
 
 def split_by_cost(
@@ -71,7 +60,7 @@ def split_by_cost(
     for k in range(n_stages, 0, -1):
         sizes.append(j - cut[k][j])
         j = cut[k][j]
-    return _bounds(sizes[::-1])
+    return bounds(sizes[::-1])
 
 
 def measure_costs(
@@ -111,14 +100,6 @@ def measure_costs(
         last = cost(lambda: model.forward_out(x).float().sum().backward())
     model.zero_grad(set_to_none=True)
     return blocks, (first, last)
-
-
-def _bounds(sizes: list[int]) -> list[tuple[int, int]]:
-    out, start = [], 0
-    for size in sizes:
-        out.append((start, start + size))
-        start += size
-    return out
 
 
 def stage_rank(stage: int, pp_size: int) -> int:

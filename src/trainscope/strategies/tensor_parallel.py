@@ -33,7 +33,7 @@ from torch import nn
 
 from trainscope.errors import ConfigError
 from trainscope.strategies.base import Strategy
-from trainscope.strategies.grid import Grid, average_over_replicas, check_grid
+from trainscope.strategies.grid import Grid, average_over_replicas, check_grid, replica_batch
 from trainscope.workloads.base import model_blocks
 
 COLWISE, ROWWISE, COLWISE_FUSED3 = "colwise", "rowwise", "colwise-fused3"
@@ -92,12 +92,7 @@ class TensorParallelStrategy(Strategy):
 
     def local_batch_size(self, global_batch: int) -> int:
         """The replica's share of the batch (all of it without data parallelism)."""
-        if global_batch % self.dp:
-            raise ConfigError(
-                f"the global batch size {global_batch} does not split evenly across the "
-                f"{self.dp} data-parallel replicas: choose a multiple of {self.dp}"
-            )
-        return global_batch // self.dp
+        return replica_batch(global_batch, self.dp)
 
     def data_shard(self) -> tuple[int, int]:
         return self.grid.dp_rank, self.dp
