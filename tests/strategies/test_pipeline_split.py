@@ -86,7 +86,10 @@ def _cfg(**over) -> object:
     ("over", "message"),
     [
         ({"workload": {"name": "mnist"}}, "workload mnist has no blocks to split"),
-        ({"workload": {"name": "text-cls"}}, "cannot split workload text-cls yet"),
+        (
+            {"workload": {"name": "text-cls"}, "dist": {"nproc": 4, "microbatches": 4}},
+            "4 pipeline stages .* need at least 4 blocks; workload text-cls has 2",
+        ),
         (
             {"workload": {"name": "gpt-char", "options": {"n_layer": 2}},
              "dist": {"nproc": 4, "microbatches": 4}},

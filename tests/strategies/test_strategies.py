@@ -400,3 +400,19 @@ def test_uneven_batch_is_refused_before_any_process_starts(
     assert code == 2  # a ConfigError, like every other invalid setting
     assert err.splitlines() == [f"trainscope: error: {UNEVEN_MESSAGE}: choose a multiple of 2"]
     assert not out.exists()
+
+
+def test_a_pipeline_drops_a_short_last_batch_and_says_so() -> None:
+    """A schedule cuts every batch into M equal microbatches: 67 samples in batches of 8
+    leave 3, which the training loader drops (and the record says); others change nothing."""
+    from trainscope.config import DataConfig
+
+    s = make_strategy("pipeline", DistInfo(world_size=2), CPU, {"dist.microbatches": 4})
+    s.local_batch_size(8)
+    data, note = s.training_data(DataConfig(batch_size=8), 67)
+    assert data.drop_last and note is not None and "last batch of 3 samples" in note
+    data, note = s.training_data(DataConfig(batch_size=8), 64)
+    assert data.drop_last and note is None  # nothing to drop: nothing said
+    plain = DataConfig(batch_size=8)
+    ddp = make_strategy("ddp", DistInfo(world_size=2), CPU)
+    assert ddp.training_data(plain, 67) == (plain, None)

@@ -80,6 +80,7 @@ def test_options_default_and_are_checked() -> None:
         ({"lora_r": -1}, "lora_r must be an integer >= 0"),
         ({"lora_r": True}, "lora_r must be an integer"),
         ({"lora_dropout": 1.0}, r"lora_dropout must be a number in \[0.0, 1.0\)"),
+        ({"dropout": -0.1}, r"option dropout must be a number in \[0.0, 1.0\)"),
         ({"lora_alpha": "x"}, "lora_alpha must be a number"),
         ({"max_length": 1000}, "max_length must be <= 512"),
         ({"lora_targets": []}, "lora_targets must list module names"),
@@ -341,3 +342,11 @@ def test_tiny_bert_with_lora_learns_sst2_like_data(sst2_dir: Path) -> None:
 def test_default_options_are_documented() -> None:
     """Every option the workload accepts has a default (and so a place in the docs)."""
     assert set(DEFAULT_OPTIONS) == set(parse_options({}).__dict__)
+
+
+def test_dropout_sets_every_dropout_of_the_model() -> None:
+    net = scratch_model("bert", "tiny", vocab_size=100, num_labels=2, pad_id=0, dropout=0.0)
+    rates = {m.p for m in net.modules() if isinstance(m, torch.nn.Dropout)}
+    assert rates == {0.0} and net.config.attention_probs_dropout_prob == 0.0
+    default = scratch_model("bert", "tiny", vocab_size=100, num_labels=2, pad_id=0)
+    assert {m.p for m in default.modules() if isinstance(m, torch.nn.Dropout)} == {0.1}

@@ -93,7 +93,9 @@ RUN_FLAGS: dict[str, Flag] = {
     "--n-head": _int("workload.options.n_head", "N", "gpt-char"),
     "--n-embd": _int("workload.options.n_embd", "N", "gpt-char"),
     "--block-size": _int("workload.options.block_size", "T", "gpt-char: context length"),
-    "--dropout": _float("workload.options.dropout", "P", "gpt-char"),
+    "--dropout": _float(
+        "workload.options.dropout", "P", "gpt-char; text-cls: every dropout of the model"
+    ),
     "--model": _value("workload.options.model", "NAME", "text-cls: bert | roberta"),
     "--model-size": _value(
         "workload.options.size", "SIZE", "text-cls: tiny | mini | small | base (random weights)"

@@ -43,9 +43,15 @@ METHOD = (
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
-    """A DTensor's local shard (FSDP); any other tensor as it is."""
+    """The tensor that holds the bytes: a DTensor's local shard (FSDP, tensor
+    parallelism), the buffer inside a functional collective's not-yet-waited result
+    (``AsyncCollectiveTensor``: a row-split layer's output that autograd saves, as a LoRA
+    adapter's input under tensor parallelism); any other tensor as it is."""
     to_local = getattr(t, "to_local", None)
-    return to_local() if callable(to_local) else t
+    if callable(to_local):
+        return to_local()
+    inner = getattr(t, "elem", None)
+    return inner if type(t) is not torch.Tensor and isinstance(inner, torch.Tensor) else t
 
 
 def _key(t: torch.Tensor) -> tuple[str, int] | None:

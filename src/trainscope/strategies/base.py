@@ -51,6 +51,11 @@ class Strategy:
             )
         return global_batch // world
 
+    def training_data(self, data: Any, n_train: int | None) -> tuple[Any, str | None]:
+        """The data settings the training loader uses (a DataConfig), and a line for the
+        record when the strategy changed them: as configured here."""
+        return data, None
+
     def data_shard(self) -> tuple[int, int]:
         """(this rank's index, the number of shards) of the training data: each rank its
         own shard, or every rank the same batches (a pipeline's stages)."""

@@ -93,7 +93,7 @@ def check_pipeline(cfg: Any) -> None:
     if not layout.get("pipeline", False):
         raise ConfigError(f"strategy pipeline cannot split workload {name} yet")
     need = pp * stages_per_rank(schedule)
-    if blocks < need:
+    if blocks is not None and blocks < need:
         raise ConfigError(
             f"{need} pipeline stages ({pp} processes x {stages_per_rank(schedule)} under "
             f"{schedule}) need at least {need} blocks; workload {name} has {blocks}"

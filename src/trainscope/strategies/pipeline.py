@@ -29,6 +29,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -53,7 +54,7 @@ from trainscope.strategies.pipeline_split import (
     split_by_cost,
     stage_rank,
 )
-from trainscope.workloads.base import pipeline_parts
+from trainscope.workloads.base import pipeline_parts, stage_inputs
 
 SCHEDULES = dict(zip(PP_SCHEDULES, ("ScheduleGPipe", "Schedule1F1B", "ScheduleInterleaved1F1B")))
 """``--pp-schedule`` name -> the class in ``torch.distributed.pipelining``."""
@@ -69,7 +70,7 @@ class PipelineModel(nn.Module):
         self.stages = nn.ModuleList(stages)
         self._strategy = (strategy,)
 
-    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+    def forward(self, inputs: Any) -> torch.Tensor:
         return self._strategy[0].forward_through(self, inputs)
 
 
@@ -121,6 +122,21 @@ class PipelineStrategy(Strategy):
         self.microbatch_size = local // self.microbatches
         return local
 
+    def training_data(self, data: Any, n_train: int | None) -> tuple[Any, str | None]:
+        """The last batch of an epoch is dropped when it is short: a schedule cuts every
+        batch into M equal microbatches of one shape."""
+        if data.drop_last:
+            return data, None
+        per_shard = -(-n_train // self.dp) if n_train else 0  # the sampler pads to equal
+        rest = per_shard % replica_batch(data.batch_size, self.dp) if per_shard else 0
+        note = None
+        if rest:
+            note = (
+                f"strategy pipeline drops each epoch's last batch of {rest} samples: its "
+                f"schedule cuts every batch into {self.microbatches} equal microbatches"
+            )
+        return replace(data, drop_last=True), note
+
     def example_size(self) -> int:
         """One microbatch, to time the blocks on when the split is measured."""
         return self.microbatch_size if self.split == "measured" else 0
@@ -159,6 +175,7 @@ class PipelineStrategy(Strategy):
             self._timing.instrument(pipe_stage)
         self._timing.last_stage = n_stages - 1
         self.schedule = self._make_schedule(stages)
+        self._whole = model  # it says how a batch's inputs divide between the stages
         self._has_first = 0 in self.carved.stage_ids
         self._has_last = n_stages - 1 in self.carved.stage_ids
         return PipelineModel(self, self.carved.stages)
@@ -222,11 +239,12 @@ class PipelineStrategy(Strategy):
         and this rank's time in forward and in backward (loss included)."""
         self._timing.start(loss_fn)
         losses: list[torch.Tensor] = []
-        args = (inputs,) if self._has_first else ()
+        args, kwargs = stage_inputs(self._whole, inputs)
         t0 = self._timing.now()
         with precision.autocast():
-            self.schedule.step(*args, target=targets if self._has_last else None,
-                               losses=losses, return_outputs=False)  # fmt: skip
+            self.schedule.step(*(args if self._has_first else ()),
+                               target=targets if self._has_last else None,
+                               losses=losses, return_outputs=False, **kwargs)  # fmt: skip
         self._timing.finish()
         f, b, loss_s = self._timing.sums()
         if self._warm:  # the first step also agrees on shapes and sets up buffers: left out
@@ -269,19 +287,20 @@ class PipelineStrategy(Strategy):
     # --- evaluation: one forward through every rank ----------------------------------
 
     @torch.no_grad()
-    def forward_through(self, model: PipelineModel, inputs: torch.Tensor) -> torch.Tensor:
+    def forward_through(self, model: PipelineModel, inputs: Any) -> torch.Tensor:
         """The model's outputs for ``inputs``, computed stage after stage across the ranks
         (blocking sends and receives) and broadcast from the last stage to every rank."""
         assert self.carved is not None
         mine = dict(zip(self.carved.stage_ids, model.stages))
         n = self.carved.n_stages
-        x: torch.Tensor | None = inputs
+        args, kwargs = stage_inputs(self._whole, inputs)
+        x: torch.Tensor | None = None
         for k in range(n):
             if stage_rank(k, self.pp) != self.pp_rank:
                 continue
             if k > 0:
-                x = _recv(self.grid.global_rank(stage_rank(k - 1, self.pp)), self.device)
-            x = mine[k](x)
+                args = (_recv(self.grid.global_rank(stage_rank(k - 1, self.pp)), self.device),)
+            x = mine[k](*args, **kwargs)
             if k + 1 < n:
                 _send(x, self.grid.global_rank(stage_rank(k + 1, self.pp)))
         last = self.grid.global_rank(stage_rank(n - 1, self.pp))

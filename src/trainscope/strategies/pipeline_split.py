@@ -20,12 +20,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
 
 from trainscope.comm.pipeline import bounds, split_even
-from trainscope.workloads.base import PipelineParts
+from trainscope.workloads.base import PipelineParts, block_kwargs, stage_inputs
 
 
 def split_by_cost(
@@ -64,7 +65,7 @@ def split_by_cost(
 
 
 def measure_costs(
-    model: nn.Module, parts: PipelineParts, example: torch.Tensor, repeats: int = 3
+    model: nn.Module, parts: PipelineParts, example: Any, repeats: int = 3
 ) -> tuple[list[float], tuple[float, float]]:
     """Seconds of forward + backward of each block on one microbatch (``example``), and of
     what the first and the last stage add (``forward_in``; ``forward_out`` and a sum for
@@ -72,6 +73,8 @@ def measure_costs(
     a forked generator, so training's own draws are as without the measurement."""
     import statistics
     import time
+
+    example_device = _device_of(example)
 
     def cost(fn: object) -> float:
         times = []
@@ -84,22 +87,35 @@ def measure_costs(
         return statistics.median(times[1:])
 
     def sync() -> None:
-        if example.device.type == "cuda":
-            torch.cuda.synchronize(example.device)
+        if example_device.type == "cuda":
+            torch.cuda.synchronize(example_device)
 
-    with torch.random.fork_rng(devices=[example.device] if example.device.type == "cuda" else []):
-        first = cost(lambda: model.forward_in(example).float().sum().backward())
-        h = model.forward_in(example).detach()
+    args, kwargs = stage_inputs(model, example)
+    with torch.random.fork_rng(devices=[example_device] if example_device.type == "cuda" else []):
+        first = cost(lambda: model.forward_in(*args).float().sum().backward())
+        h = model.forward_in(*args).detach()
+        extra = block_kwargs(model, h, kwargs)
         blocks = []
         for block in parts.blocks:
             x = h.detach().requires_grad_(True)
-            blocks.append(cost(lambda b=block, x=x: b(x).float().sum().backward()))
+            blocks.append(cost(lambda b=block, x=x: b(x, **extra).float().sum().backward()))
             with torch.no_grad():
-                h = block(x)
+                h = block(x, **extra)
         x = h.detach().requires_grad_(True)
         last = cost(lambda: model.forward_out(x).float().sum().backward())
     model.zero_grad(set_to_none=True)
     return blocks, (first, last)
+
+
+def _device_of(inputs: Any) -> torch.device:
+    """The device of a batch's inputs (a tensor, or a mapping or sequence of them)."""
+    if isinstance(inputs, torch.Tensor):
+        return inputs.device
+    values = inputs.values() if isinstance(inputs, dict) else inputs
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            return v.device
+    return torch.device("cpu")
 
 
 def stage_rank(stage: int, pp_size: int) -> int:
@@ -109,7 +125,9 @@ def stage_rank(stage: int, pp_size: int) -> int:
 
 class StageModule(nn.Module):
     """One pipeline stage: its blocks, with the model's ``forward_in`` before them on the
-    first stage and ``forward_out`` after them on the last."""
+    first stage and ``forward_out`` after them on the last. Called with the first stage's
+    inputs (or the previous stage's output) and the keyword tensors every stage receives
+    (:func:`~trainscope.workloads.base.stage_inputs`)."""
 
     def __init__(
         self, model: nn.Module, parts: PipelineParts, span: tuple[int, int], first: bool,
@@ -120,16 +138,17 @@ class StageModule(nn.Module):
         self.blocks = nn.ModuleList(parts.blocks[span[0] : span[1]])
         names = (parts.in_modules if first else ()) + (parts.out_modules if last else ())
         # Registered so that the stage's parameters() include them (for the optimizer).
-        self.ends = nn.ModuleDict({n: getattr(model, n) for n in names})
+        self.ends = nn.ModuleList(model.get_submodule(n) for n in names)
         self._model = (model,)  # not a submodule: its forward_in/out are called, no more
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.first:
-            x = self._model[0].forward_in(x)
+    def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        model = self._model[0]
+        x = model.forward_in(*args) if self.first else args[0]
+        extra = block_kwargs(model, x, kwargs)
         for block in self.blocks:
-            x = block(x)
+            x = block(x, **extra)
         if self.last:
-            x = self._model[0].forward_out(x)
+            x = model.forward_out(x)
         return x
 
 

@@ -52,6 +52,38 @@ def tp_plan(model: nn.Module) -> dict[str, str] | None:
     return dict(plan) if plan and model_blocks(model) else None
 
 
+def model_heads(model: nn.Module) -> int | None:
+    """The model's attention heads, from its config (a GPT's or a transformers one's)."""
+    for holder in (model, getattr(model, "net", None)):
+        config = getattr(holder, "config", None)
+        for key in ("n_head", "num_attention_heads"):
+            value = getattr(config, key, None)
+            if isinstance(value, int):
+                return value
+    return None
+
+
+def expand_adapters(block: nn.Module, plan: dict[str, str]) -> dict[str, str]:
+    """The plan on the linear layers themselves: a layer that LoRA wraps (peft) splits its
+    frozen base layer as planned, and its adapter so that the sum still lines up: under a
+    column split the adapter's up-projection (``lora_B``) by columns (its rank-r input is
+    replicated), under a row split its down-projection (``lora_A``) by rows (its output
+    is summed over the ranks like the base layer's)."""
+    out: dict[str, str] = {}
+    for name, kind in plan.items():
+        layer = block.get_submodule(name)
+        if isinstance(layer, nn.Linear) or not hasattr(layer, "base_layer"):
+            out[name] = kind
+            continue
+        out[f"{name}.base_layer"] = kind
+        side = "lora_A" if kind == ROWWISE else "lora_B"
+        if kind == COLWISE_FUSED3:
+            raise ConfigError(f"tensor parallelism does not split a LoRA adapter on fused {name}")
+        for adapter in getattr(layer, side, {}):
+            out[f"{name}.{side}.{adapter}"] = kind
+    return out
+
+
 def check_heads(heads: int | None, tp: int) -> None:
     """Attention heads must split evenly over the ranks."""
     if heads is not None and heads % tp:
@@ -116,7 +148,7 @@ class TensorParallelStrategy(Strategy):
                 f"{type(model).__name__} has no tp_plan (block-relative names of its "
                 "column- and row-split linear layers)"
             )
-        check_heads(getattr(getattr(model, "config", None), "n_head", None), self.tp)
+        check_heads(model_heads(model), self.tp)
         mesh = self._mesh(init_device_mesh)
         styles = {COLWISE: ColwiseParallel, COLWISE_FUSED3: ColwiseParallel,
                   ROWWISE: RowwiseParallel}  # fmt: skip
@@ -124,8 +156,11 @@ class TensorParallelStrategy(Strategy):
             for name, kind in plan.items():
                 if kind == COLWISE_FUSED3:
                     self._reorder_fused(block.get_submodule(name))
-            parallelize_module(block, mesh, {n: styles[k]() for n, k in plan.items()})
+            layers = expand_adapters(block, plan)
+            parallelize_module(block, mesh, {n: styles[k]() for n, k in layers.items()})
             self.blocks += 1
+        if hasattr(model, "tp_localize"):
+            model.tp_localize(self.tp)
         self.plan = plan
         return model
 

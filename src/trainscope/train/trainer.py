@@ -257,9 +257,12 @@ class Trainer:
             )
         index, shards = ctx.strategy.data_shard()  # a pipeline's ranks load the same batches
         shard = {"rank": index, "world_size": shards}
+        train_data, changed = ctx.strategy.training_data(cfg.data, n_train)
+        if changed:
+            self._note(changed)
         self.train_loader = make_loader(
             workload.train_set,
-            cfg.data,
+            train_data,
             train=True,
             batch_size=self.local_batch,
             **shard,

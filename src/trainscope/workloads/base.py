@@ -61,7 +61,7 @@ def example_inputs(workload: Workload, n: int, device: torch.device) -> Any:
 @dataclass(frozen=True)
 class PipelineParts:
     """How a model splits into pipeline stages: what runs before its blocks, the blocks,
-    what runs after them (the names of the top-level modules each end uses)."""
+    what runs after them (the dotted names of the modules each end uses)."""
 
     blocks: list[nn.Module]
     in_modules: tuple[str, ...]
@@ -72,14 +72,32 @@ def pipeline_parts(model: nn.Module) -> PipelineParts | None:
     """The model's pipeline split, or None when it cannot be split into stages.
 
     A model splits when it has ``blocks`` run one after the other on one tensor, and says
-    what runs around them: ``forward_in(inputs) -> hidden`` and ``forward_out(hidden) ->
-    outputs``, with the names of the modules each uses in ``pipeline_in`` and
-    ``pipeline_out`` (so that a stage keeps only its own parameters)."""
+    what runs around them: ``forward_in(*args) -> hidden`` and ``forward_out(hidden) ->
+    outputs``, with the (dotted) names of the modules each uses in ``pipeline_in`` and
+    ``pipeline_out`` (so that a stage keeps only its own parameters). A model whose
+    blocks need more than the hidden state (a BERT layer its attention mask) also says
+    how a batch's inputs divide (``pipeline_inputs``, see :func:`stage_inputs`) and what
+    each block is called with (``block_kwargs``, see :func:`block_kwargs`)."""
     blocks = model_blocks(model)
     needed = ("forward_in", "forward_out", "pipeline_in", "pipeline_out")
     if not blocks or not all(hasattr(model, n) for n in needed):
         return None
     return PipelineParts(blocks, tuple(model.pipeline_in), tuple(model.pipeline_out))
+
+
+def stage_inputs(model: nn.Module, inputs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """A batch's inputs as a pipeline takes them: the positional arguments of the first
+    stage's ``forward_in`` and the keyword tensors every stage receives (cut into the same
+    microbatches). Default: the inputs alone, to the first stage."""
+    split = getattr(model, "pipeline_inputs", None)
+    return split(inputs) if split is not None else ((inputs,), {})
+
+
+def block_kwargs(model: nn.Module, hidden: torch.Tensor, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """What each block of a stage is called with besides the hidden state, made once per
+    stage from the keyword tensors of :func:`stage_inputs` (default: nothing)."""
+    make = getattr(model, "block_kwargs", None)
+    return make(hidden, **kwargs) if make is not None and kwargs else {}
 
 
 class ClassificationMetrics:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import nn
 
 from trainscope.config import WorkloadConfig, show
@@ -39,6 +40,7 @@ from trainscope.data.glue import (
 )
 from trainscope.errors import ConfigError, DataError
 from trainscope.workloads.base import Workload
+from trainscope.workloads.encoder_split import ENCODER_TP_PLAN, EncoderSplit
 from trainscope.workloads.hf import HEAD_NAMES, HFModel, first_line, from_pretrained
 
 # (layers, hidden size, attention heads), as the compact BERTs of Turc et al. (2019)
@@ -60,6 +62,7 @@ DEFAULT_OPTIONS: dict[str, Any] = {
     "size": "tiny",
     "pretrained": None,
     "max_length": 128,
+    "dropout": None,  # None: the architecture's own (0.1 in BERT and RoBERTa)
     "lora_r": 0,
     "lora_alpha": 16.0,
     "lora_dropout": 0.1,
@@ -81,6 +84,7 @@ class TextClsOptions:
     size: str
     pretrained: str | None
     max_length: int
+    dropout: float | None
     lora_r: int
     lora_alpha: float
     lora_dropout: float
@@ -113,12 +117,12 @@ def _float(key: str, value: Any, low: float, high: float | None = None) -> float
 
 def layout(options: Mapping[str, Any]) -> dict[str, Any]:
     """Blocks and heads of the model these options make, where the options say (a
-    pretrained model's own config alone knows its size); not split by a pipeline yet."""
+    pretrained model's own config alone knows its size: checked when it is built)."""
     o = parse_options(options)
     if o.pretrained:
-        return {"blocks": None, "heads": None, "pipeline": False, "tp": False}
+        return {"blocks": None, "heads": None, "pipeline": True, "tp": True}
     layers, _, heads = SIZES[o.size]
-    return {"blocks": layers, "heads": heads, "pipeline": False, "tp": False}
+    return {"blocks": layers, "heads": heads, "pipeline": True, "tp": True}
 
 
 def parse_options(options: Mapping[str, Any]) -> TextClsOptions:
@@ -174,6 +178,7 @@ def parse_options(options: Mapping[str, Any]) -> TextClsOptions:
         size=size,
         pretrained=pretrained.strip() if pretrained else None,
         max_length=max_length,
+        dropout=None if o["dropout"] is None else _float("dropout", o["dropout"], 0.0, 1.0),
         lora_r=lora_r,
         lora_alpha=_float("lora_alpha", o["lora_alpha"], 1e-9),
         lora_dropout=_float("lora_dropout", o["lora_dropout"], 0.0, 1.0),
@@ -202,20 +207,67 @@ class SequenceClassifier(HFModel):
 
     ``batch`` is the mapping :class:`~trainscope.data.glue.PadCollate` makes (input_ids,
     attention_mask, optionally token_type_ids); the result is the logits (B, num_labels).
+
+    A BERT or RoBERTa also says how it splits (:mod:`trainscope.workloads.encoder_split`):
+    into pipeline stages at its layers, and inside its layers for tensor parallelism.
     """
 
-    def __init__(self, net: nn.Module, num_labels: int, num_layers: int) -> None:
+    def __init__(
+        self, net: nn.Module, num_labels: int, num_layers: int, *, pad_id: int = 0,
+        max_length: int = MAX_POSITIONS,
+    ) -> None:  # fmt: skip
         super().__init__(net, num_layers)
         self.num_labels = num_labels
+        self.pad_id, self.max_length = pad_id, max_length
+        self._split = EncoderSplit.of(self)
+        if self._split is not None:  # the attributes strategies look for, only where true
+            self.pipeline_in, self.pipeline_out = self._split.pipeline_in, self._split.pipeline_out
+            self.tp_plan = ENCODER_TP_PLAN
+
+    def forward_in(self, *args: torch.Tensor) -> torch.Tensor:
+        """input_ids (B, T) [, token_type_ids] -> the first layer's input (B, T, H)."""
+        assert self._split is not None
+        return self._split.forward_in(*args)
+
+    def forward_out(self, x: torch.Tensor) -> torch.Tensor:
+        """The last layer's output (B, T, H) -> logits (B, num_labels)."""
+        assert self._split is not None
+        return self._split.forward_out(x)
+
+    def pipeline_inputs(self, inputs: Mapping[str, torch.Tensor]) -> tuple[tuple, dict]:
+        """A batch as a pipeline takes it, padded to ``max_length``: a schedule's buffers
+        have one shape for the whole run (padding changes no logit: it is masked)."""
+        assert self._split is not None
+        return self._split.pipeline_inputs(inputs, self.pad_id, self.max_length)
+
+    def block_kwargs(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> dict:
+        """Each layer's attention mask, made from the (B, T) padding mask."""
+        assert self._split is not None
+        return self._split.block_kwargs(hidden, attention_mask)
+
+    def tp_localize(self, tp: int) -> None:
+        """Each layer's attention holds ``1/tp`` of the heads after a tensor-parallel split."""
+        assert self._split is not None
+        self._split.localize_heads(self.blocks, tp)
+
+
+def dropout_overrides(dropout: float | None) -> dict[str, float]:
+    """The config entries that set every dropout of a BERT/RoBERTa (none: its own)."""
+    if dropout is None:
+        return {}
+    keys = ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout")
+    return dict.fromkeys(keys, dropout)
 
 
 def scratch_model(
-    model: str, size: str, *, vocab_size: int, num_labels: int, pad_id: int
-) -> nn.Module:
+    model: str, size: str, *, vocab_size: int, num_labels: int, pad_id: int,
+    dropout: float | None = None,
+) -> nn.Module:  # fmt: skip
     """A ``transformers`` BERT or RoBERTa classifier of a named size, randomly initialised."""
     transformers = _require("transformers")
     layers, hidden, heads = SIZES[size]
     common = {
+        **dropout_overrides(dropout),
         "vocab_size": vocab_size,
         "hidden_size": hidden,
         "num_hidden_layers": layers,
@@ -234,7 +286,9 @@ def scratch_model(
     return transformers.RobertaForSequenceClassification(config)
 
 
-def pretrained_model(name: str, num_labels: int, *, download: bool) -> tuple[nn.Module, Any, str]:
+def pretrained_model(
+    name: str, num_labels: int, *, download: bool, dropout: float | None = None
+) -> tuple[nn.Module, Any, str]:
     """A model from the hub or a local folder, its tokenizer, and a line saying what
     loading found (a new head); ``download=False`` uses the local cache only."""
     transformers = _require("transformers")
@@ -245,6 +299,7 @@ def pretrained_model(name: str, num_labels: int, *, download: bool) -> tuple[nn.
             name,
             num_labels=num_labels,
             local_files_only=not download,
+            **dropout_overrides(dropout),
         )
     except OSError as e:
         # Hub, network and cache errors are all OSError subclasses; the first line says which.
@@ -329,7 +384,7 @@ def text_cls(cfg: WorkloadConfig, cache_dir: Path) -> Workload:
     notes: list[str] = []
     if opts.pretrained is not None:
         net, hf_tokenizer, note = pretrained_model(
-            opts.pretrained, task.num_labels, download=cfg.download
+            opts.pretrained, task.num_labels, download=cfg.download, dropout=opts.dropout
         )
         notes.append(note)
         encoder = PretrainedEncoder(hf_tokenizer)
@@ -345,6 +400,7 @@ def text_cls(cfg: WorkloadConfig, cache_dir: Path) -> Workload:
             vocab_size=encoder.vocab_size,
             num_labels=task.num_labels,
             pad_id=encoder.pad_id,
+            dropout=opts.dropout,
         )
         arch = f"{opts.model}-{opts.size} (random init)"
         # tokenizers' own JSON format: Tokenizer.from_str() rebuilds it from the run dir.
@@ -355,7 +411,9 @@ def text_cls(cfg: WorkloadConfig, cache_dir: Path) -> Workload:
     lora_info: dict[str, Any] | None = None
     if opts.lora_r > 0:
         net, lora_info = add_lora(net, opts)
-    model = SequenceClassifier(net, task.num_labels, num_layers)
+    model = SequenceClassifier(
+        net, task.num_labels, num_layers, pad_id=encoder.pad_id, max_length=opts.max_length
+    )
 
     train_set = encode_split(encoder, train_split, opts.max_length)
     val_set = encode_split(encoder, dev_split, opts.max_length)
@@ -369,6 +427,7 @@ def text_cls(cfg: WorkloadConfig, cache_dir: Path) -> Workload:
         "vocab_size": encoder.vocab_size,
         "tokenizer": "pretrained" if opts.pretrained else "wordpiece trained on the train split",
         "max_length": opts.max_length,
+        "dropout": opts.dropout,
         "train_samples": len(train_set),
         "eval_samples": len(val_set),
         "mean_tokens_per_sample": round(train_set.mean_tokens, 2),
