@@ -444,6 +444,9 @@ class DistConfig:
     are dp_size x pp_stages (or x tp_size), replica by replica."""
     tp_size: int | None = None
     """tp: processes each block's layers are split over (None: every process of the run)."""
+    sequence_parallel: bool | None = None
+    """tp: the norms, dropouts and residual stream run on each rank's share of the
+    sequence (all-gather and reduce-scatter in place of the all-reduces)."""
     pp_split: str | None = None
     """pipeline: how blocks are shared out among stages: even, or measured (each block's
     forward + backward timed on one microbatch before training, and the stages cut so
@@ -513,6 +516,10 @@ class DistConfig:
             need_choice("pp_schedule", self.pp_schedule, PP_SCHEDULES)
         if self.pp_split is not None:
             need_choice("pp_split", self.pp_split, PP_SPLITS)
+        if self.sequence_parallel is not None and not isinstance(self.sequence_parallel, bool):
+            raise ConfigError(
+                f"sequence_parallel must be true or false, got {show(self.sequence_parallel)}"
+            )
         if self.microbatches is not None:
             need_positive("microbatches", self.microbatches, MAX_MICROBATCHES)
         dp = 1

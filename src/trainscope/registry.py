@@ -264,7 +264,7 @@ for _entry in (
         "tp", f"{_S}.tensor_parallel:TensorParallelStrategy", True,
         "tensor parallelism: every block's attention and MLP split over the processes "
         "(column- then row-split layers, all-reduces inside each block)",
-        options=("dist.tp_size", "dist.dp_size"),
+        options=("dist.tp_size", "dist.dp_size", "dist.sequence_parallel"),
         precheck=f"{_S}.layout:check_tp", splits_batch=False, in_strategies_study=False,
     ),
 ):  # fmt: skip
@@ -374,6 +374,7 @@ for _study in (
             "dist.strategy": "--layouts",
             "dist.pp_schedule": "--layouts",
             "dist.dp_size": "--layouts",
+            "dist.sequence_parallel": "--layouts",
             "dist.microbatches": "--microbatch-counts",
             "dist.pp_stages": "--nproc",
             "dist.tp_size": "--nproc",

@@ -27,3 +27,34 @@ def test_the_prediction_reads_what_a_tp_record_says() -> None:
     assert predict_from_summary({**summary, "workload_info": {"n_embd": 32}}) is None
     assert predict_from_summary({**summary, "local_batch_size": True}) is None
     assert predict_from_summary({"parallel": {"strategy": "ddp"}}) is None
+
+
+def test_sequence_parallelism_trades_all_reduces_for_gathers_and_scatters() -> None:
+    fits = given(1e-5, 1.0, 2)
+    n = 16 * 16 * 32 * 4  # one batch x sequence x width fp32 tensor
+    p = predict_tp(4, 16, 16, 32, 2, fits, sequence_parallel=True, norm_bytes=(128,) * 9)
+    # What the probe counts: an all-gather's input is half of its output on 2 ranks.
+    assert p.by_op() == {
+        "all_gather": (4 * 4 + 2, 18 * n // 2),
+        "reduce_scatter": (2 * 4, 8 * n),
+        "all_reduce": (2 * 4 + 9, 8 * n + 9 * 128),
+    }
+    assert p.calls == 18 + 8 + 8  # the activations' collectives; the norms' are small
+    assert p.seconds == pytest.approx(sum(c.seconds for c in p.ops))
+    # Ring all-gather / reduce-scatter on 2 ranks: 1 message, half the bytes per call.
+    gather = next(c for c in p.ops if c.op == "all_gather")
+    assert gather.seconds == pytest.approx(18 * (1e-5 + n / 2 / 1e9))
+    # Without a fit for every op, no total: never a sum that leaves some out.
+    only = {"all_reduce": fits["all_reduce"]}
+    assert predict_tp(4, 16, 16, 32, 2, only, sequence_parallel=True).seconds is None
+
+
+def test_a_sequence_parallel_record_is_predicted_as_such() -> None:
+    summary = {
+        "parallel": {"tensor_parallel": {"blocks": 2, "tp_size": 2, "sequence_parallel": True,
+                                         "partial_gradient_bytes": [128] * 5}},
+        "local_batch_size": 8,
+        "workload_info": {"block_size": 16, "n_embd": 32},
+    }  # fmt: skip
+    ops = predict_from_summary(summary).by_op()
+    assert ops["all_gather"][0] == 10 and ops["all_reduce"] == (4 + 5, 4 * 8 * 16 * 32 * 4 + 640)

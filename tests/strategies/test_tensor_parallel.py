@@ -59,6 +59,22 @@ def test_a_tp_run_is_refused_from_its_config(workload, nproc, message) -> None:
         check_tp(cfg)
 
 
+@pytest.mark.parametrize(
+    ("workload", "message"),
+    [
+        ({"name": "text-cls"}, "--sequence-parallel does not split workload text-cls yet"),
+        ({"name": "gpt-char", "options": {"block_size": 15}},
+         "cuts workload gpt-char's sequences of 15 tokens into 2 equal shares"),
+    ],
+)  # fmt: skip
+def test_sequence_parallelism_is_refused_where_it_cannot_cut(workload, message) -> None:
+    dist = {"strategy": "tp", "nproc": 2, "sequence_parallel": True}
+    with pytest.raises(ConfigError, match=message):
+        check_tp(from_dict({"workload": workload, "dist": dist}))
+    with pytest.raises(ConfigError, match="sequence_parallel applies to strategy tp, not ddp"):
+        from_dict({"dist": {"strategy": "ddp", "nproc": 2, "sequence_parallel": True}})
+
+
 def test_a_grid_must_fill_the_processes() -> None:
     with pytest.raises(ConfigError, match="--dp-size 3 does not divide the 4 processes"):
         from_dict({"dist": {"strategy": "tp", "nproc": 4, "dp_size": 3}})
@@ -96,7 +112,9 @@ def _summary(run: Path, rank: int = 0) -> dict[str, Any]:
 @pytest.mark.slow
 @pytest.mark.timeout(3 * LAUNCH_TIMEOUT)
 @pytest.mark.parametrize("layout", [("--nproc", "2"), ("--nproc", "4"),
-                                    ("--nproc", "4", "--dp-size", "2")], ids=str)  # fmt: skip
+                                    ("--nproc", "4", "--dp-size", "2"),
+                                    ("--nproc", "2", "--sequence-parallel"),
+                                    ("--nproc", "4", "--sequence-parallel")], ids=str)  # fmt: skip
 def test_tp_trains_what_one_process_trains(layout: tuple[str, ...], tp_run) -> None:
     # 4 heads here (the pipeline's model has 2): they split over 2 and over 4 processes;
     # the last layout is 2 replicas (each on half the batch) of 2-way tensor parallelism.
@@ -163,3 +181,91 @@ def test_tp_resumes_bit_exact(tmp_path: Path) -> None:
     if not (DATA / "input.txt").is_file():
         pytest.skip("shared Tiny Shakespeare not present")
     resumed_equals_uninterrupted(tmp_path, "--n-head", "4", "--strategy", "tp", "--nproc", "2")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3 * LAUNCH_TIMEOUT)
+def test_sequence_parallelism_gathers_and_scatters_what_the_split_implies(tp_run) -> None:
+    from trainscope.comm.tensor_parallel import predict_from_summary
+
+    plain = _summary(tp_run("--n-head", "4", "--strategy", "tp", "--nproc", "2"))
+    run = tp_run("--n-head", "4", "--strategy", "tp", "--nproc", "2", "--sequence-parallel")
+    summary = _summary(run)
+    tp = summary["parallel"]["tensor_parallel"]
+    assert tp["sequence_parallel"] is True
+    assert tp["partial_gradient_bytes"] == [32 * 4] * 9  # ln_1, ln_2 x 4 blocks, ln_f
+    ops = summary["comm"]["collectives"]["ops"]
+    n = 16 * 16 * 32 * 4  # batch x context x width, fp32
+    # Forward: gather before attention and MLP, reduce-scatter after their projections,
+    # gather before the head; backward: the gradients of those, and all-reduces of the
+    # column-split layers' input gradients; after it, the norms' partial gradients.
+    assert ops["all_gather_into_tensor"] == {**ops["all_gather_into_tensor"],
+                                             "calls": 18, "bytes": 18 * n // 2}  # fmt: skip
+    assert (
+        ops["reduce_scatter_tensor"]["calls"] == 8
+        and ops["reduce_scatter_tensor"]["bytes"] == 8 * n
+    )
+    assert ops["all_reduce"]["calls"] == 8 + 9
+    assert ops["all_reduce"]["bytes"] == 8 * n + 9 * 32 * 4
+    predicted = predict_from_summary(summary).by_op()
+    assert predicted["all_gather"] == (18, 18 * n // 2) and predicted["all_reduce"] == (
+        17,
+        ops["all_reduce"]["bytes"],
+    )
+    # What it saves: the norms', dropouts' and residual stream's activations are halved.
+    for rank in (0, 1):
+        saved = _summary(run, rank)["memory"]["activations"]["saved_by_autograd_bytes"]
+        whole = _summary(tp_run("--n-head", "4", "--strategy", "tp", "--nproc", "2"), rank)
+        assert saved < whole["memory"]["activations"]["saved_by_autograd_bytes"]
+    assert plain["parallel"]["tensor_parallel"]["partial_gradient_bytes"] == []
+
+
+def _grad_norms(rank: int, port: int, out: str) -> None:
+    """One rank: the global gradient norm of one backward of the GPT under tp with and
+    without sequence parallelism, and of the whole model in this process."""
+    import os
+
+    import torch.distributed as dist
+
+    from trainscope.runtime.dist import DistInfo
+    from trainscope.strategies.tensor_parallel import TensorParallelStrategy
+    from trainscope.workloads.gpt import GPT, GPTConfig
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    cfg = GPTConfig(vocab_size=65, n_layer=2, n_head=2, n_embd=32, block_size=16, dropout=0.0,
+                    bias=True)  # fmt: skip
+    idx = torch.randint(0, 65, (4, 16), generator=torch.Generator().manual_seed(1))
+    norms = {}
+    for name, sp in (("whole", None), ("tp", False), ("tp-sp", True)):
+        torch.manual_seed(0)
+        model = GPT(cfg)
+        strategy = TensorParallelStrategy(DistInfo(rank=rank, world_size=2), torch.device("cpu"),
+                                          sequence_parallel=sp)  # fmt: skip
+        if sp is not None:
+            model = strategy.wrap(model)
+        model(idx).float().pow(2).mean().backward()
+        if sp is None:
+            norms[name] = float(torch.sqrt(sum(p.grad.pow(2).sum() for p in model.parameters())))
+            continue
+        strategy.sync_gradients(model)
+        norms[name] = float(strategy.grad_norm(list(model.parameters())))
+    Path(out, f"rank{rank}.json").write_text(json.dumps(norms))
+    dist.barrier()  # no rank tears its groups down while the other still uses them
+    dist.destroy_process_group()
+
+
+@pytest.mark.timeout(LAUNCH_TIMEOUT)
+def test_the_clipping_norm_counts_a_norms_partial_gradients_whole(tmp_path: Path) -> None:
+    """Under sequence parallelism a norm's gradient comes out of backward as each rank's
+    partial sum; the strategy sums it before the norm (and the optimizer) read it."""
+    import torch.multiprocessing as mp
+
+    from trainscope.runtime.dist import free_port
+
+    mp.start_processes(_grad_norms, args=(free_port(), str(tmp_path)), nprocs=2,
+                       start_method="spawn")  # fmt: skip
+    for rank in (0, 1):
+        norms = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert norms["tp"] == pytest.approx(norms["whole"], rel=1e-6)
+        assert norms["tp-sp"] == pytest.approx(norms["whole"], rel=1e-6)

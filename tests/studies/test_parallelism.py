@@ -33,7 +33,7 @@ def test_the_layouts_of_two_processes() -> None:
         "pp-gpipe-m2", "pp-gpipe-m4", "pp-gpipe-m8",
         "pp-1f1b-m2", "pp-1f1b-m4", "pp-1f1b-m8",
         "pp-interleaved-1f1b-m2", "pp-interleaved-1f1b-m4", "pp-interleaved-1f1b-m8",
-        "tp", "dp2-pp", "dp2-tp",
+        "tp", "tp-sp", "dp2-pp", "dp2-tp",
     ]  # fmt: skip
     runs = {r.config: r for r in plan.runs if not r.warmup}
     assert runs["pp-1f1b-m4"].overrides["dist.pp_schedule"] == "1f1b"
@@ -115,11 +115,12 @@ def test_a_small_study_end_to_end(tmp_path: Path) -> None:
     if not (DATA / "input.txt").is_file():
         pytest.skip("shared Tiny Shakespeare not present")
     sweep = tmp_path / "sweep"  # a small collectives sweep: the fit that predicts tp
-    assert main(["collectives", "--nproc", "2", "--sizes", "4K:64K", "--ops", "all_reduce",
+    ops = "all_reduce,all_gather,reduce_scatter"
+    assert main(["collectives", "--nproc", "2", "--sizes", "4K:64K", "--ops", ops,
                  "--out", str(sweep), "-q"]) == 0  # fmt: skip
     out = tmp_path / "par"
     code = main(["study", "parallelism", "--data-dir", str(DATA), "--layouts",
-                 "single,pp-gpipe-m2,tp", "--repeats", "1", "--cost-model", str(sweep),
+                 "single,pp-gpipe-m2,tp,tp-sp", "--repeats", "1", "--cost-model", str(sweep),
                  "--set", "train.max_steps_per_epoch=4", "--out", str(out), "-q"])  # fmt: skip
     assert code == 0
     report = (out / "report" / "report.md").read_text()
@@ -130,10 +131,19 @@ def test_a_small_study_end_to_end(tmp_path: Path) -> None:
     assert {"single", "pp-gpipe-m2", "tp"} <= set(rows)
     assert "0.333" in rows["pp-gpipe-m2"]  # the theory beside the measured bubble
     assert "all_reduce x16" in rows["tp"]  # 4 per block, 4 blocks
-    tp_rows = [line for line in report.splitlines() if "| tp " in line and "16 / 16" in line]
-    assert len(tp_rows) == 1  # predicted beside measured: 16 all-reduces of 512 KiB
-    predicted = float(tp_rows[0].split("|")[4])
-    assert predicted > 0  # from the sweep's α–β fit
+    cells = [[c.strip() for c in line.split("|")[1:-1]] for line in report.splitlines()
+             if line.startswith("| ")]  # fmt: skip
+    comm = {(c[0], c[1]): c for c in cells if len(c) == 6}  # the collectives table
+    # Predicted beside measured: 16 all-reduces of 512 KiB, their time from the sweep's fit.
+    assert comm["tp", "all_reduce"][2:4] == ["16 / 16", "8.0 MiB / 8.0 MiB"]
+    assert float(comm["tp", "all_reduce"][4]) > 0
+    # Sequence parallelism, per step of 4 blocks: 4 all-gathers per block and 2 around
+    # them, 2 reduce-scatters per block, 2 all-reduces per block and one per norm weight
+    # (2 per block and the final one). Predicted from the split, measured by the probe.
+    assert comm["tp-sp", "all_gather"][2:4] == ["18 / 18", "4.5 MiB / 4.5 MiB"]  # shards in
+    assert comm["tp-sp", "reduce_scatter"][2:4] == ["8 / 8", "4.0 MiB / 4.0 MiB"]
+    assert comm["tp-sp", "all_reduce"][2] == "17 / 17"
+    assert all(float(comm["tp-sp", op][4]) > 0 for op in ("all_gather", "reduce_scatter"))
     # Compared with single where the machine's cores hold 2 processes; else said why not.
     assert "pp-gpipe-m2 vs single: step time" in report or (
         "pp-gpipe-m2:" in report and "oversubscribed" in report

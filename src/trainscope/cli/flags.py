@@ -233,6 +233,10 @@ RUN_FLAGS: dict[str, Flag] = {
     "--tp-size": _int(
         "dist.tp_size", "T", "tp: processes each block is split over (default: all of them)"
     ),
+    "--sequence-parallel": _switch(
+        "dist.sequence_parallel",
+        "tp: norms and residual stream on each process's share of the sequence",
+    ),
     "--pp-stages": _int(
         "dist.pp_stages", "S", "pipeline: stages, one per process (default: all of them)"
     ),

@@ -103,47 +103,61 @@ def _row(
     ], step
 
 
+def _probed_ops(summary: dict[str, Any]) -> dict[str, Any]:
+    """The comm probe's collectives of one run, by op ("all_gather_into_tensor" read as
+    all_gather, "reduce_scatter_tensor" as reduce_scatter: the fits' names)."""
+    ops = ((summary.get("comm") or {}).get("collectives") or {}).get("ops") or {}
+    out: dict[str, Any] = {}
+    for name, entry in ops.items():
+        key = name.removesuffix("_into_tensor").removesuffix("_tensor").removeprefix("_")
+        if key in ("all_reduce", "all_gather", "reduce_scatter") and isinstance(entry, dict):
+            out[key] = entry
+    return out
+
+
 def _tp_table(study: StudyRecord, doc: Document, section: Section) -> None:
-    """Tensor parallelism's all-reduces: the split's count and size, and with a cost model
-    their time, beside what the probed step measured."""
+    """Tensor parallelism's collectives, op by op: the split's count and bytes, and with
+    a cost model their time, beside what the probed step measured."""
     model = study.plan.options.get("cost_model") or {}
-    fit = fit_for(fits_from_dict(model.get("fits")), "all_reduce")
+    fits = fits_from_dict(model.get("fits"))
+    by_op = {op: fit_for(fits, op) for op in ("all_reduce", "all_gather", "reduce_scatter")}
     rows = []
     for cfg in study.configs():
         recs = study.measured(cfg.config)
-        pred = predict_from_summary(recs[0].summary, fit) if recs else None
+        pred = predict_from_summary(recs[0].summary, by_op) if recs else None
         if pred is None:
             continue
-        ops = ((recs[0].summary.get("comm") or {}).get("collectives") or {}).get("ops") or {}
-        measured = ops.get("all_reduce") or {}
-        seconds = spread(
-            (((r.summary.get("comm") or {}).get("collectives") or {}).get("ops") or {})
-            .get("all_reduce", {}).get("seconds") for r in recs
-        )  # fmt: skip
-        calls = measured.get("calls")
-        each = measured["bytes"] // calls if calls else None
-        rows.append([
-            escape_inline(str(cfg.labels.get("layout", cfg.config))),
-            f"{pred.calls} / {calls if calls is not None else MISSING}",
-            f"{fmt_bytes(pred.bytes_per_call)} / {fmt_bytes(each) if each else MISSING}",
-            MISSING if pred.seconds is None else f"{1e3 * pred.seconds:.3g}",
-            fmt_spread(seconds, lambda v: f"{1e3 * v:.3g}") if seconds.median is not None
-            else MISSING,
-        ])  # fmt: skip
+        measured = _probed_ops(recs[0].summary)
+        for op, (calls, nbytes) in pred.by_op().items():
+            times = [c.seconds for c in pred.ops if c.op == op]
+            predicted = None if None in times else sum(t for t in times if t is not None)
+            got = measured.get(op) or {}
+            took = spread(_probed_ops(r.summary).get(op, {}).get("seconds") for r in recs)
+            rows.append([
+                escape_inline(str(cfg.labels.get("layout", cfg.config))), op,
+                f"{calls} / {got.get('calls', MISSING)}",
+                f"{fmt_bytes(nbytes)} / {fmt_bytes(got['bytes']) if 'bytes' in got else MISSING}",
+                MISSING if predicted is None else f"{1e3 * predicted:.3g}",
+                fmt_spread(took, lambda v: f"{1e3 * v:.3g}") if took.median is not None
+                else MISSING,
+            ])  # fmt: skip
     if not rows:
         return
-    where = escape_inline(str(model.get("source"))) if fit is not None else None
+    where = escape_inline(str(model.get("source"))) if model else None
     table = Table(
-        ["Layout", "All-reduces: predicted / measured", "Each: predicted / measured",
+        ["Layout", "Collective", "Calls: predicted / measured", "Bytes: predicted / measured",
          "Predicted (ms)", "Measured (ms)"],
         rows,
-        "Tensor parallelism's all-reduces per step: 4 per block of batch x context x width "
-        "fp32 activations (the split's count), and the probed step's, each waited for at "
-        "once. Predicted time: "
-        + (f"the α–β fit of all_reduce ({where})." if where else "give --cost-model DIR.")
-        + " Measured: host seconds in the all-reduces of one step per run (median over runs).",
+        "Tensor parallelism's collectives per step, from the split: 4 all-reduces per "
+        "block of batch x context x width fp32 activations; under sequence parallelism "
+        "4 all-gathers, 2 reduce-scatters and 2 all-reduces per block, 2 all-gathers "
+        "around the blocks and one all-reduce per norm parameter. Beside them, the probed "
+        "step's (each waited for at once); bytes are each call's input, summed (an "
+        "all-gather's is one share). Predicted time: "
+        + (f"the α–β fit of each collective ({where})." if where else "give --cost-model DIR.")
+        + " Measured: host seconds in that collective in one step per run (median over runs).",
         "tab:parallelism-tp",
-        "lrrrr",
+        "llrrrr",
     )  # fmt: skip
     section.tables["tp_comm"] = table
     doc.table(table)

@@ -77,6 +77,15 @@ def check_tp(cfg: Any) -> None:
             f"tensor parallelism splits attention by heads: workload {name}'s {heads} heads "
             f"do not divide by {tp} processes"
         )
+    if cfg.dist.sequence_parallel:
+        if not layout.get("sequence_parallel", False):
+            raise ConfigError(f"--sequence-parallel does not split workload {name} yet")
+        seq = layout.get("sequence")
+        if seq and seq % tp:
+            raise ConfigError(
+                f"sequence parallelism cuts workload {name}'s sequences of {seq} tokens "
+                f"into {tp} equal shares: {seq} does not divide by {tp}"
+            )
 
 
 def check_pipeline(cfg: Any) -> None:

@@ -16,12 +16,20 @@ own slice of the hidden layer), and the two output projections by input rows
   whole batch.
 - **Memory**: the blocks' weights, gradients and optimizer states are split T ways, and
   so are the activations inside attention and the MLP; the activations between blocks
-  are not (sequence parallelism would split those; not run here yet).
+  are not, unless sequence parallelism is on.
+
+**Sequence parallelism** (``--sequence-parallel``, a model's ``sp_plan``/``sp_ends``):
+the norms, dropouts and the residual stream run on each rank's share of the sequence, so
+what they save is split T ways too; attention and the MLP gather the whole sequence
+first, and their row-split projections reduce-scatter it back (the collectives are in
+:mod:`trainscope.comm.tensor_parallel`). A norm's weight then sees only its rank's tokens:
+its gradient is a partial sum, summed over the ranks after backward (the ``comm`` stage).
 
 A fused Q/K/V weight (the GPT's ``qkv``) is split by heads: its rows are reordered so
 that each rank's contiguous share holds its heads' queries, keys and values (a plain
 column split would hand rank 0 all the queries); saved weights are put back in the
-model's own order.
+model's own order. A layer LoRA adapts (peft) splits its base layer as planned, and its
+adapter with it (:func:`expand_adapters`).
 """
 
 from __future__ import annotations
@@ -84,6 +92,60 @@ def expand_adapters(block: nn.Module, plan: dict[str, str]) -> dict[str, str]:
     return out
 
 
+def sequence_plan(model: nn.Module) -> tuple[dict[str, str], dict[str, str]]:
+    """The model's sequence-parallel plan: block-relative and top-level module names ->
+    sequence (runs on each rank's share of the sequence: a norm) | gather (its input's
+    shares gathered into the whole sequence first) | scatter (its output cut into shares)."""
+    block, ends = getattr(model, "sp_plan", None), getattr(model, "sp_ends", None)
+    if not block or not ends:
+        raise ConfigError(
+            f"sequence parallelism needs the model to say which of its modules run on a "
+            f"share of the sequence (sp_plan, sp_ends); {type(model).__name__} does not"
+        )
+    return dict(block), dict(ends)
+
+
+def tp_styles(sequence_parallel: bool) -> dict[str, Any]:
+    """Plan kind -> a factory of its ``torch.distributed.tensor.parallel`` style. Under
+    sequence parallelism a row-split layer's partial sums are reduce-scattered along the
+    sequence (not all-reduced), and the next layer's input is all-gathered."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        PrepareModuleOutput,
+        RowwiseParallel,
+        SequenceParallel,
+    )
+
+    seq, whole = Shard(1), Replicate()
+    styles: dict[str, Any] = {COLWISE: ColwiseParallel, COLWISE_FUSED3: ColwiseParallel,
+                              ROWWISE: RowwiseParallel}  # fmt: skip
+    if sequence_parallel:
+        styles.update({
+            ROWWISE: lambda: RowwiseParallel(output_layouts=seq),
+            "sequence": SequenceParallel,
+            "gather": lambda: PrepareModuleInput(
+                input_layouts=(seq,), desired_input_layouts=(whole,), use_local_output=True),
+            "scatter": lambda: PrepareModuleOutput(
+                output_layouts=(whole,), desired_output_layouts=(seq,), use_local_output=True),
+        })  # fmt: skip
+    return styles
+
+
+def sum_partial_gradients(params: list[torch.Tensor]) -> None:
+    """Each gradient held as partial sums over the ranks (a DTensor ``Partial``: what a
+    replicated weight used on a sharded input gets) made whole: one all-reduce each.
+    Left partial, the optimizer would sum it anyway, but the clipping norm would not."""
+    from torch.distributed.tensor import DTensor, Partial, Replicate
+
+    for p in params:
+        g = p.grad
+        if isinstance(g, DTensor) and any(isinstance(pl, Partial) for pl in g.placements):
+            whole = [Replicate() if isinstance(pl, Partial) else pl for pl in g.placements]
+            p.grad = g.redistribute(g.device_mesh, whole)
+
+
 def check_heads(heads: int | None, tp: int) -> None:
     """Attention heads must split evenly over the ranks."""
     if heads is not None and heads % tp:
@@ -105,15 +167,25 @@ class TensorParallelStrategy(Strategy):
 
     def __init__(
         self, info: Any, device: torch.device, tp_size: int | None = None,
-        dp_size: int | None = None,
+        dp_size: int | None = None, sequence_parallel: bool | None = None,
     ) -> None:  # fmt: skip
         super().__init__(info, device)
+        self.sequence_parallel = bool(sequence_parallel)
         self.tp, self.dp = check_grid(info.world_size, tp_size, dp_size, "--tp-size")
         self.grid = Grid(self.dp, self.tp, info.rank)  # its process groups come in wrap()
-        # With replicas, their gradients are averaged after backward: a stage of its own.
-        self.comm_stage = self.dp > 1
+        # With replicas, their gradients are averaged after backward, and under sequence
+        # parallelism the norms' partial gradients summed: a stage of its own.
+        self.comm_stage = self.dp > 1 or self.sequence_parallel
+        if self.sequence_parallel:
+            self.comm_note = (
+                "per block and step, inside forward and backward: 4 all-gathers of the "
+                "sequence shards, 2 reduce-scatters (after the row-split projections) and "
+                "2 all-reduces (the column-split layers' input gradients); the norms' "
+                "partial gradients all-reduced after backward (comm)"
+            )
         self.plan: dict[str, str] = {}
         self.blocks = 0
+        self.partial_bytes: list[int] = []
         self._fused: list[tuple[nn.Module, torch.Tensor]] = []
 
     @property
@@ -130,14 +202,17 @@ class TensorParallelStrategy(Strategy):
         return self.grid.dp_rank, self.dp
 
     def sync_gradients(self, model: nn.Module) -> None:
-        """Every gradient (each rank's shard of it) averaged over the replicas."""
-        average_over_replicas([p for p in model.parameters() if p.requires_grad], self.grid)
+        """Under sequence parallelism, the gradients that are partial sums (a norm's, each
+        rank's from its share of the sequence) summed over the ranks; then every gradient
+        (each rank's shard of it) averaged over the replicas."""
+        params = [p for p in model.parameters() if p.requires_grad]
+        if self.sequence_parallel:
+            sum_partial_gradients(params)
+        average_over_replicas(params, self.grid)
 
     def wrap(self, model: nn.Module) -> nn.Module:
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.tensor.parallel import (
-            ColwiseParallel,
-            RowwiseParallel,
             parallelize_module,
         )
 
@@ -149,20 +224,33 @@ class TensorParallelStrategy(Strategy):
                 "column- and row-split linear layers)"
             )
         check_heads(model_heads(model), self.tp)
+        sp = sequence_plan(model) if self.sequence_parallel else None
         mesh = self._mesh(init_device_mesh)
-        styles = {COLWISE: ColwiseParallel, COLWISE_FUSED3: ColwiseParallel,
-                  ROWWISE: RowwiseParallel}  # fmt: skip
+        styles = tp_styles(sequence_parallel=sp is not None)
         for block in model_blocks(model):
             for name, kind in plan.items():
                 if kind == COLWISE_FUSED3:
                     self._reorder_fused(block.get_submodule(name))
-            layers = expand_adapters(block, plan)
+            layers = {**expand_adapters(block, plan), **(sp[0] if sp else {})}
             parallelize_module(block, mesh, {n: styles[k]() for n, k in layers.items()})
+            self._note_partial(block, sp[0] if sp else {})
             self.blocks += 1
+        if sp is not None:
+            parallelize_module(model, mesh, {n: styles[k]() for n, k in sp[1].items()})
+            self._note_partial(model, sp[1])
         if hasattr(model, "tp_localize"):
             model.tp_localize(self.tp)
         self.plan = plan
         return model
+
+    def _note_partial(self, root: nn.Module, sp: dict[str, str]) -> None:
+        """Bytes of each trained parameter of a module run on a share of the sequence:
+        its gradient is a partial sum, all-reduced after backward."""
+        for name, kind in sp.items():
+            if kind == "sequence":
+                params = root.get_submodule(name).parameters()
+                self.partial_bytes += [p.numel() * p.element_size() for p in params
+                                       if p.requires_grad]  # fmt: skip
 
     def _mesh(self, init_device_mesh: Any) -> Any:
         """The tensor-parallel mesh; with replicas, the dp x tp mesh's tp part, its dp
@@ -228,5 +316,7 @@ class TensorParallelStrategy(Strategy):
         out = super().describe()
         out["tensor_parallel"] = {
             "tp_size": self.tp, "dp_size": self.dp, "blocks": self.blocks, "plan": self.plan,
+            "sequence_parallel": self.sequence_parallel,
+            "partial_gradient_bytes": self.partial_bytes,
         }  # fmt: skip
         return out

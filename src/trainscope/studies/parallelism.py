@@ -2,7 +2,8 @@
 
 The configurations: ``single``; ``ddp`` and ``fsdp`` (the data split, the model whole or
 sharded); the pipeline under each schedule at each microbatch count (``pp-gpipe-m4``,
-``pp-1f1b-m8``, ``pp-interleaved-1f1b-m2``...); ``tp``; and the 2D layouts on twice the
+``pp-1f1b-m8``, ``pp-interleaved-1f1b-m2``...); ``tp``, and ``tp-sp`` with sequence
+parallelism; and the 2D layouts on twice the
 processes: two data-parallel replicas of a pipeline (``dp2-pp``) and of tensor
 parallelism (``dp2-tp``). Every configuration trains the same workload, seed and global
 batch, each run in a process of its own (threads: this machine's cores shared out over
@@ -61,6 +62,7 @@ def configurations(nproc: int, microbatches: tuple[int, ...], two_d: bool) -> di
                 "dist.pp_schedule": schedule, "dist.microbatches": m,
             }  # fmt: skip
     out["tp"] = {"dist.strategy": "tp", "dist.nproc": nproc}
+    out["tp-sp"] = {"dist.strategy": "tp", "dist.nproc": nproc, "dist.sequence_parallel": True}
     if two_d:
         m = max(min(microbatches), nproc)
         out["dp2-pp"] = {"dist.strategy": "pipeline", "dist.nproc": 2 * nproc,
@@ -141,14 +143,16 @@ def options_from_args(args: Any, overrides: dict[str, Any]) -> tuple[dict[str, A
 
 
 def cost_model(study_dir: str, nproc: int) -> dict[str, Any]:
-    """The all_reduce fit of a collectives study (``--cost-model DIR``), as the plan keeps
-    it: what predicts tensor parallelism's communication in the report."""
+    """The fits of a collectives study (``--cost-model DIR``) that predict tensor
+    parallelism's communication, as the plan keeps them: all_reduce (required), and
+    all_gather and reduce_scatter (sequence parallelism's) where the sweep has them."""
     fits, where = fits_of_study(Path(study_dir))
     if "all_reduce" not in fits:
         raise ConfigError(
             f"--cost-model {study_dir}: the sweep has no all_reduce fit, which predicts "
             "tensor parallelism's communication; rerun it with all_reduce in --ops"
         )
-    fit = fits["all_reduce"]
-    return {"source": where, "fits": {"all_reduce": fit.to_dict()},
-            "notes": world_notes([fit.world_size], nproc)}  # fmt: skip
+    kept = {op: fits[op] for op in ("all_reduce", "all_gather", "reduce_scatter") if op in fits}
+    sizes = sorted({fit.world_size for fit in kept.values()})
+    return {"source": where, "fits": {op: fit.to_dict() for op, fit in kept.items()},
+            "notes": world_notes(sizes, nproc)}  # fmt: skip

@@ -132,7 +132,7 @@ def layout(options: Mapping[str, Any]) -> dict[str, Any]:
     """Blocks and heads of the model these options make (for checks before a run)."""
     _, fields, _ = resolve_options(options)
     return {"blocks": fields["n_layer"], "heads": fields["n_head"], "pipeline": True,
-            "tp": True}  # fmt: skip
+            "tp": True, "sequence_parallel": True, "sequence": fields["block_size"]}  # fmt: skip
 
 
 def resolve_options(options: Mapping[str, Any]) -> tuple[str, dict[str, Any], int]:
@@ -289,6 +289,12 @@ class GPT(nn.Module):
         "mlp.fc": "colwise",
         "mlp.proj": "rowwise",
     }
+
+    # Sequence parallelism (tp --sequence-parallel): the norms, dropouts and residual
+    # stream run on each rank's share of the sequence; attention and the MLP gather the
+    # whole sequence first (their own split is tp_plan's), and so does the head.
+    sp_plan = {"ln_1": "sequence", "attn": "gather", "ln_2": "sequence", "mlp": "gather"}
+    sp_ends = {"drop": "scatter", "ln_f": "sequence", "head": "gather"}
 
     def forward_in(self, idx: torch.Tensor) -> torch.Tensor:
         """Token ids (B, T), T <= block -> the first block's input (B, T, C)."""
