@@ -64,3 +64,19 @@ def test_the_command_prints_and_jsons_the_ranks(capsys) -> None:
     assert main(["estimate-memory", "--arch", "gpt2-small", "--pp-stages", "2",
                  "--tp-size", "2"]) != 0  # fmt: skip
     assert "give one" in capsys.readouterr().err
+
+
+def test_sequence_parallelism_splits_the_norms_and_the_stream_too(capsys) -> None:
+    arch = named("gpt2-small")
+    tp = tp_rank(arch, tp=4, **COMMON)
+    sp = tp_rank(arch, tp=4, sequence_parallel=True, **COMMON)
+    assert sp.states == tp.states and sp.parameters == tp.parameters  # weights alike
+    # Per block: two norms' inputs (B x T x C each) and statistics, 3/4 of them gone; the
+    # Linear inputs after the norms stay whole (the gathered sequence).
+    assert sp.activations < tp.activations
+    assert "sequence parallel" in sp.label
+    argv = ["estimate-memory", "--arch", "gpt2-small", "--tp-size", "4", "--sequence-parallel"]
+    assert main(argv) == 0
+    assert "sequence parallel" in capsys.readouterr().out
+    assert main(["estimate-memory", "--arch", "gpt2-small", "--sequence-parallel"]) != 0
+    assert "goes with --tp-size" in capsys.readouterr().err

@@ -160,17 +160,25 @@ def test_a_step_all_reduces_four_times_per_block_and_each_rank_holds_half_the_bl
 def test_the_estimator_predicts_a_ranks_memory(tp_run) -> None:
     """estimate-memory --tp-size against the meter: model states and saved activations
     per rank, both counted in bytes, equal."""
+    import dataclasses
+
     from tests.strategies.test_pipeline import _arch
     from trainscope.estimate.split import tp_rank
 
-    run = tp_run("--n-head", "4", "--strategy", "tp", "--nproc", "2")
-    e = tp_rank(_arch(n_head=4), tp=2, batch=16, seq_len=16, precision="fp32",
-                optimizer="adamw", device="cpu")  # fmt: skip
-    for rank in (0, 1):
-        m = _summary(run, rank)["memory"]
-        states = m["parameters_bytes"] + m["gradients_bytes"] + m["optimizer_states_bytes"]
-        assert states == e.states.total
-        assert m["activations_bytes"] == e.activations
+    # With dropout too: its masks (and the CPU's math attention kernel) are saved tensors
+    # of their own, which the split divides or not.
+    for sp, dropout in ((False, 0.0), (True, 0.0), (False, 0.1), (True, 0.1)):
+        flags = ("--sequence-parallel",) if sp else ()
+        flags += ("--dropout", str(dropout)) if dropout else ()
+        run = tp_run("--n-head", "4", "--strategy", "tp", "--nproc", "2", *flags)
+        arch = dataclasses.replace(_arch(n_head=4), dropout=dropout, attn_dropout=dropout)
+        e = tp_rank(arch, tp=2, batch=16, seq_len=16, precision="fp32",
+                    optimizer="adamw", device="cpu", sequence_parallel=sp)  # fmt: skip
+        for rank in (0, 1):
+            m = _summary(run, rank)["memory"]
+            states = m["parameters_bytes"] + m["gradients_bytes"] + m["optimizer_states_bytes"]
+            assert states == e.states.total
+            assert m["activations_bytes"] == e.activations, (sp, dropout, rank)
 
 
 @pytest.mark.slow

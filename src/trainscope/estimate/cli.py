@@ -128,6 +128,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--pp-schedule", default="1f1b", choices=("gpipe", "1f1b"), help="default 1f1b"
     )
     split.add_argument("--tp-size", type=int, metavar="T", help="tensor-parallel ranks")
+    split.add_argument(
+        "--sequence-parallel", action="store_true", help="tp: the sequence split too"
+    )
     tr.add_argument(
         "--device",
         default="auto",
@@ -308,6 +311,8 @@ def _split(args: argparse.Namespace, est: Any) -> list[Any]:
     from trainscope.estimate.split import pipeline_ranks, tp_rank
 
     if args.pp_stages is None and args.tp_size is None:
+        if getattr(args, "sequence_parallel", False):
+            raise ConfigError("--sequence-parallel goes with --tp-size")
         return []
     if args.pp_stages is not None and args.tp_size is not None:
         raise ConfigError("--pp-stages and --tp-size: give one (2D is not estimated yet)")
@@ -321,7 +326,8 @@ def _split(args: argparse.Namespace, est: Any) -> list[Any]:
                               schedule=args.pp_schedule, **common)  # fmt: skip
     if args.tp_size < 2:
         raise ConfigError("--tp-size must be at least 2")
-    return [tp_rank(setup.arch, tp=args.tp_size, **common)]
+    sp = bool(getattr(args, "sequence_parallel", False))
+    return [tp_rank(setup.arch, tp=args.tp_size, sequence_parallel=sp, **common)]
 
 
 def _measure(setup: Setup, wcfg: WorkloadConfig | None) -> tuple[list[Any], dict[str, Any]]:

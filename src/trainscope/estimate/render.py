@@ -147,6 +147,8 @@ def split_table(ranks: list[Any], args: Any) -> Table:
                 f"{args.pp_schedule}")  # fmt: skip
     else:
         what = f"tensor parallelism over {args.tp_size} ranks"
+        if getattr(args, "sequence_parallel", False):
+            what += ", sequence parallel"
     return Table(
         ["Rank", "Parameters", "Model states", "Activations in flight", "Total"],
         rows,

@@ -13,6 +13,8 @@ MLP's first layer are split by columns (weights and biases), the two output proj
 by rows (weights; their biases, the LayerNorms, the embeddings and the head stay whole).
 What attention saves, and the MLP's hidden activations, are split ``T`` ways; the
 residual stream, the LayerNorms' inputs and the Linear inputs taken from them are not.
+With sequence parallelism the residual stream, the norms and the residual dropout masks
+are split too (:data:`SP_SPLIT`); the Linear inputs stay whole (the gathered sequence).
 """
 
 from __future__ import annotations
@@ -28,9 +30,15 @@ from trainscope.estimate.states import ModelCounts, States, unsharded
 
 FIRST_STAGE_OUTSIDE = ("token ids", "positions", "embedding dropout mask")
 """What the first stage saves outside the blocks (name prefixes); the rest is the last's."""
-TP_SPLIT = ("attention", "proj Linear input (attention output", "GELU input",
-            "proj Linear input (GELU output)")  # fmt: skip
+TP_SPLIT = ("attention", "dropped attention probabilities", "proj Linear input (attention output",
+            "GELU input", "proj Linear input (GELU output)")  # fmt: skip
 """Saved tensors of a GPT block that tensor parallelism splits (name prefixes)."""
+SP_SPLIT = ("ln_1 input", "ln_1 mean", "ln_2 input", "ln_2 mean", "residual dropout mask",
+            "ln_f input", "ln_f mean")  # fmt: skip
+"""What sequence parallelism splits besides (name prefixes): the norms' inputs and
+statistics and the residual dropout masks, inside the blocks and after them. The Linear
+inputs taken from the norms are the gathered whole sequence, saved whole; so is the
+embedding dropout's mask, drawn before the sequence is cut."""
 
 
 @dataclass(frozen=True)
@@ -127,10 +135,10 @@ def pipeline_ranks(
 
 def tp_rank(
     arch: Arch, *, tp: int, batch: int, seq_len: int, precision: str, optimizer: str,
-    device: str,
+    device: str, sequence_parallel: bool = False,
 ) -> RankMemory:  # fmt: skip
     """One tensor-parallel rank's parameters, model states and activations (``batch``:
-    the batch every rank computes on)."""
+    the batch every rank computes on), with sequence parallelism or without."""
     _gpt_only(arch)
     if arch.heads % tp:
         raise ConfigError(f"{arch.heads} heads do not divide by --tp-size {tp}")
@@ -142,15 +150,20 @@ def tp_rank(
     tensors = arch.layers * 6 * (1 + b) + 2 + (1 + b)
     full = plan(arch, batch, seq_len, device)
 
+    split = TP_SPLIT + (SP_SPLIT if sequence_parallel else ())
+    if sequence_parallel and seq_len % tp:
+        raise ConfigError(f"sequence parallelism: {seq_len} tokens do not divide by {tp}")
+
     def shard(saved: tuple) -> tuple:
         return tuple(dataclasses.replace(s, elements=s.elements // tp)
-                     if s.what.startswith(TP_SPLIT) else s for s in saved)  # fmt: skip
+                     if s.what.startswith(split) else s for s in saved)  # fmt: skip
 
     blocks = tuple(dataclasses.replace(bl, saved=shard(bl.saved)) for bl in full.blocks)
-    act = activation_bytes(dataclasses.replace(full, blocks=blocks), "none", precision, device)
+    cut = dataclasses.replace(full, blocks=blocks, outside=shard(full.outside))
+    act = activation_bytes(cut, "none", precision, device)
     counts = ModelCounts(params, params, tensors)
-    return RankMemory(f"tp rank (of {tp})", params, unsharded(counts, precision, optimizer),
-                      act.total, 1)  # fmt: skip
+    label = f"tp rank (of {tp}{', sequence parallel' if sequence_parallel else ''})"
+    return RankMemory(label, params, unsharded(counts, precision, optimizer), act.total, 1)
 
 
 __all__ = ["RankMemory", "in_flight", "pipeline_ranks", "tp_rank"]
