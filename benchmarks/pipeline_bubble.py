@@ -9,8 +9,10 @@ steps after the first ``--skip`` are read from every rank's metrics.jsonl; a ran
 bubble is its ``pipeline_wait`` over its forward + backward + pipeline_wait (the time it
 spent in the schedule), and the run's bubble is the mean over its ranks. Printed as
 Markdown: the median bubble with its min–max over runs and n, the theory's
-(S-1)/(M+S-1) (interleaved: (S-1)/(2M+S-1)), time per step, and per rank the most
-activation bytes held at once (the memory meter's peak in flight, exact bytes):
+(S-1)/(M+S-1) (interleaved: (S-1)/(2M+S-1)), the share of the wait blocked on sends
+and receives (the rest: the schedule's own work; from each rank's summary, its first
+step left out), time per step, and per rank the most activation bytes held at once (the
+memory meter's peak in flight, exact bytes):
 
     python benchmarks/pipeline_bubble.py --data-dir ../shared/data/tinyshakespeare --runs 3
 """
@@ -67,12 +69,16 @@ def one_run(schedule: str | None, m: int, out: Path, args: argparse.Namespace) -
         busy = sum(s["stages"]["forward"] + s["stages"]["backward"] for s in steps)
         bubbles.append(wait / (wait + busy) if wait + busy else 0.0)
         step_ms.append(1e3 * sum(sum(s["stages"].values()) for s in steps) / len(steps))
-    summaries = [out / "summary.json", *sorted(out.glob("ranks/rank*/summary.json"))]
-    peaks = [
-        json.loads(p.read_text())["memory"]["activations"]["peak_in_flight_bytes"]
-        for p in summaries
-    ]
-    return {"bubble": statistics.mean(bubbles), "step_ms": max(step_ms), "peaks": peaks}
+    summaries = [json.loads(p.read_text()) for p in
+                 [out / "summary.json", *sorted(out.glob("ranks/rank*/summary.json"))]]  # fmt: skip
+    peaks = [s["memory"]["activations"]["peak_in_flight_bytes"] for s in summaries]
+    # Of each rank's wait, the share blocked on sends and receives (the rest is the
+    # schedule's own work); the run's is the mean over its ranks.
+    comms = [s.get("comm") or {} for s in summaries]
+    shares = [c["pipeline_p2p_wait_s"] / c["pipeline_wait_s"] for c in comms
+              if c.get("pipeline_p2p_wait_s") is not None and c.get("pipeline_wait_s")]  # fmt: skip
+    return {"bubble": statistics.mean(bubbles), "step_ms": max(step_ms), "peaks": peaks,
+            "p2p_share": statistics.mean(shares) if shares else None}  # fmt: skip
 
 
 def spread_text(values: list[float], fmt: str) -> str:
@@ -109,17 +115,22 @@ def main() -> None:
           f"block {args.block_size}, batch {args.batch_size}; "
           f"first {args.skip} steps left out")  # fmt: skip
     print()
-    print("| schedule | M | bubble measured | theory | time/step (ms) | in flight per rank (KiB) |")
-    print("| --- | ---: | ---: | ---: | ---: | --- |")
+    print(
+        "| schedule | M | bubble measured | theory | of the wait: blocked on p2p "
+        "| time/step (ms) | in flight per rank (KiB) |"
+    )
+    print("| --- | ---: | ---: | ---: | ---: | ---: | --- |")
     for (schedule, m), runs in results.items():
         peaks = " / ".join(f"{p / 1024:.0f}" for p in runs[0]["peaks"])
         step = spread_text([x["step_ms"] for x in runs], ".1f")
         if schedule is None:
-            print(f"| single process | – | – | – | {step} | {peaks} |")
+            print(f"| single process | – | – | – | – | {step} | {peaks} |")
             continue
         bubble = spread_text([x["bubble"] for x in runs], ".3f")
         theory = theory_bubble(schedule, args.stages, m)
-        print(f"| {schedule} | {m} | {bubble} | {theory:.3f} | {step} | {peaks} |")
+        shares = [x["p2p_share"] for x in runs if x["p2p_share"] is not None]
+        p2p = spread_text(shares, ".2f") if shares else "–"
+        print(f"| {schedule} | {m} | {bubble} | {theory:.3f} | {p2p} | {step} | {peaks} |")
 
 
 if __name__ == "__main__":

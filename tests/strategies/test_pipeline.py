@@ -119,6 +119,12 @@ def test_the_stages_of_every_rank_add_up_and_the_bubble_is_recorded(pipe_run) ->
         comm = record["comm"]
         assert comm["pipeline_steps"] == STEPS - 1  # the first step is left out
         assert 0.0 <= comm["measured_bubble"] < 1.0
+        # The wait splits into time blocked on sends and receives and the schedule's own;
+        # rank 1 waits for every forward activation it receives, so its blocked time is
+        # more than nothing.
+        split = comm["pipeline_p2p_wait_s"] + comm["pipeline_schedule_s"]
+        assert split == pytest.approx(comm["pipeline_wait_s"], rel=1e-9)
+        assert comm["pipeline_p2p_wait_s"] > 0 if rank == 1 else comm["pipeline_p2p_wait_s"] >= 0
         chunks = comm["last_step_chunks"]
         # Each microbatch's forward and backward on this rank's stage, in time order.
         assert sorted((k, m) for k, s, m, _, _ in chunks if k in "FB") == sorted(

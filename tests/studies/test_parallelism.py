@@ -95,6 +95,10 @@ def test_the_rows_come_from_every_rank() -> None:
     assert memory_per_rank(summary) == (100, 50)
     text = comm_text(summary)
     assert "send x4 (2.0 KiB, 2.00 ms)" in text and "pipeline wait 5.00 ms/step" in text
+    split = {**summary, "comm": {"pipeline_p2p_wait_s": 0.03, "pipeline_schedule_s": 0.01,
+                                 "pipeline_steps": 10}}  # fmt: skip
+    assert "blocked on sends/receives 3.00 ms/step, the schedule's own 1.00 ms/step" in (
+        comm_text(split))  # fmt: skip
     assert comm_text({"steps": 3}) == "none"
     assert bubble_of({"comm": {}}) is None
     assert theory_bubble("gpipe", 2, 4) == pytest.approx(0.2)

@@ -73,6 +73,11 @@ def comm_text(summary: dict[str, Any]) -> str:
     stages = summary.get("stages_s") or {}
     if isinstance(stages.get("pipeline_wait"), (int, float)) and steps:
         parts.append(f"pipeline wait {1e3 * stages['pipeline_wait'] / steps:.2f} ms/step")
+    p2p, own, n = (comm.get(k) for k in ("pipeline_p2p_wait_s", "pipeline_schedule_s",
+                                         "pipeline_steps"))  # fmt: skip
+    if all(isinstance(v, (int, float)) for v in (p2p, own, n)) and n:
+        parts.append(f"of it on rank 0 blocked on sends/receives {1e3 * p2p / n:.2f} ms/step, "
+                     f"the schedule's own {1e3 * own / n:.2f} ms/step")  # fmt: skip
     if isinstance(stages.get("comm"), (int, float)) and steps:
         parts.append(f"comm stage {1e3 * stages['comm'] / steps:.2f} ms/step")
     return "; ".join(parts) or "none"

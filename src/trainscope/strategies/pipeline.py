@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -103,7 +104,8 @@ class PipelineStrategy(Strategy):
         self.microbatch_size = 0
         self.costs: dict[str, Any] | None = None
         self._timing = _ChunkTiming(device)
-        self.totals = {"forward_s": 0.0, "backward_s": 0.0, "loss_s": 0.0, "wait_s": 0.0}
+        self.totals = {"forward_s": 0.0, "backward_s": 0.0, "loss_s": 0.0, "wait_s": 0.0,
+                       "p2p_wait_s": 0.0}  # fmt: skip
         self.steps = 0
         self._warm = False
 
@@ -241,7 +243,7 @@ class PipelineStrategy(Strategy):
         losses: list[torch.Tensor] = []
         args, kwargs = stage_inputs(self._whole, inputs)
         t0 = self._timing.now()
-        with precision.autocast():
+        with precision.autocast(), self._timing.timed_p2p_waits():
             self.schedule.step(*(args if self._has_first else ()),
                                target=targets if self._has_last else None,
                                losses=losses, return_outputs=False, **kwargs)  # fmt: skip
@@ -249,6 +251,7 @@ class PipelineStrategy(Strategy):
         f, b, loss_s = self._timing.sums()
         if self._warm:  # the first step also agrees on shapes and sets up buffers: left out
             self.totals["wait_s"] += self._timing.now() - t0 - f - b - loss_s
+            self.totals["p2p_wait_s"] += self._timing.p2p_wait_s
             self.totals["forward_s"] += f
             self.totals["backward_s"] += b
             self.totals["loss_s"] += loss_s
@@ -352,12 +355,18 @@ class PipelineStrategy(Strategy):
         t = self.totals
         busy = t["forward_s"] + t["backward_s"] + t["loss_s"]
         total = busy + t["wait_s"]
+        p2p = t["p2p_wait_s"] if self._timing.waits_timed else None
         return {
             "pipeline_steps": self.steps,
             "pipeline_note": "each process's first step (shapes agreed, buffers made) left "
-            "out; measured_bubble: pipeline wait over the schedule's time on this rank",
+            "out; measured_bubble: pipeline wait over the schedule's time on this rank; of "
+            "the wait, pipeline_p2p_wait_s blocked on sends and receives (the neighbours' "
+            "work and the transfers), pipeline_schedule_s the schedule's own (posting "
+            "transfers, bookkeeping)",
             "pipeline_busy_s": busy,
             "pipeline_wait_s": t["wait_s"],
+            "pipeline_p2p_wait_s": p2p,
+            "pipeline_schedule_s": None if p2p is None else max(0.0, t["wait_s"] - p2p),
             "measured_bubble": t["wait_s"] / total if total > 0 else None,
             "theory_bubble": theory_bubble(self.schedule_name, self.pp, self.microbatches),
             "last_step_chunks": self._timing.last_events(),
@@ -378,6 +387,8 @@ class _ChunkTiming:
         self.done: deque[list[tuple[str, int, int, float, float]]] = deque(maxlen=4096)
         self._loss_fn: Callable[..., torch.Tensor] | None = None
         self.last_stage = -1
+        self.p2p_wait_s = 0.0
+        self.waits_timed = False
 
     def now(self) -> float:
         """The clock chunks are timed on (after a device synchronize on CUDA)."""
@@ -402,7 +413,36 @@ class _ChunkTiming:
     def start(self, loss_fn: Callable[..., torch.Tensor]) -> None:
         """A new step, whose loss is ``loss_fn``."""
         self.events = []
+        self.p2p_wait_s = 0.0
         self._loss_fn = loss_fn
+
+    @contextmanager
+    def timed_p2p_waits(self) -> Iterator[None]:
+        """Time the schedule's waits on its sends and receives for the step it runs.
+
+        torch's schedules wait through one module-level function (``_wait_batch_p2p``);
+        it is wrapped for the duration of the step and put back after it. A torch
+        without it leaves the wait unsplit (``waits_timed`` false, the record says so)."""
+        from torch.distributed.pipelining import schedules
+
+        original = getattr(schedules, "_wait_batch_p2p", None)
+        self.waits_timed = callable(original)
+        if original is None:
+            yield
+            return
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            t0 = self.now()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self.p2p_wait_s += self.now() - t0
+
+        schedules._wait_batch_p2p = timed
+        try:
+            yield
+        finally:
+            schedules._wait_batch_p2p = original
 
     def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """The loss of one microbatch (the schedule calls this on the last stage)."""
