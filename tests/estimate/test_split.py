@@ -80,3 +80,45 @@ def test_sequence_parallelism_splits_the_norms_and_the_stream_too(capsys) -> Non
     assert "sequence parallel" in capsys.readouterr().out
     assert main(["estimate-memory", "--arch", "gpt2-small", "--sequence-parallel"]) != 0
     assert "goes with --tp-size" in capsys.readouterr().err
+
+
+def test_the_interleaved_order_is_torchs() -> None:
+    """The estimator walks each rank's forwards and backwards in the order torch's
+    ScheduleInterleaved1F1B runs them (its own per-rank plan, made without processes)."""
+    from torch.distributed.pipelining.schedules import ScheduleInterleaved1F1B
+
+    from trainscope.estimate.split import interleaved_order
+
+    class Plan(ScheduleInterleaved1F1B):
+        def __init__(self, ranks: int, microbatches: int) -> None:  # no stages, no groups
+            self.pp_group_size, self._n_microbatches, self.n_local_stages = ranks, microbatches, 2
+            self.number_of_rounds = max(1, microbatches // ranks)
+            self.microbatches_per_round = microbatches // self.number_of_rounds
+
+    checked = 0
+    for ranks in (2, 3, 4):
+        for m in (2, 3, 4, 6, 8, 12):
+            plan = Plan(ranks, m)
+            if m % plan.number_of_rounds:
+                continue  # refused by torch (and by trainscope's layout check)
+            for rank in range(ranks):
+                theirs = [("F" if a.computation_type.name == "FORWARD" else "B", a.stage_index)
+                          for a in plan._calculate_single_rank_operations(rank) if a]  # fmt: skip
+                assert interleaved_order(rank, ranks, m) == theirs, (ranks, m, rank)
+                checked += 1
+    assert checked > 40
+
+
+def test_interleaved_ranks_hold_two_stages_at_their_peak() -> None:
+    from trainscope.estimate.split import interleaved_peak
+
+    arch = named("gpt2-small")
+    ranks = pipeline_ranks(arch, stages=2, microbatches=4, schedule="interleaved-1f1b", **COMMON)
+    assert [r.label for r in ranks] == ["rank 0 (stages 0, 2)", "rank 1 (stages 1, 3)"]
+    one = pipeline_ranks(arch, stages=2, microbatches=4, schedule="1f1b", **COMMON)
+    assert sum(r.parameters for r in ranks) == sum(r.parameters for r in one)
+    assert all(r.activations is not None and r.peak == r.activations for r in ranks)
+    # Walking an order by hand: two forwards on stage 0 (10 bytes each), one on stage 2
+    # (1 byte), a backward frees one of stage 2's: the peak is 21 bytes, 3 held.
+    order = [("F", 0), ("F", 0), ("F", 2), ("B", 2), ("F", 2), ("B", 2), ("B", 0), ("B", 0)]
+    assert interleaved_peak(order, {0: 10, 2: 1}) == (21, 3)

@@ -152,3 +152,12 @@ def test_a_small_study_end_to_end(tmp_path: Path) -> None:
     assert "pp-gpipe-m2 vs single: step time" in report or (
         "pp-gpipe-m2:" in report and "oversubscribed" in report
     )
+
+
+def test_a_workload_without_sequence_parallelism_leaves_tp_sp_out() -> None:
+    overrides: dict[str, object] = {"dist.nproc": 2, "workload.name": "text-cls"}
+    options, notes = parallelism.options_from_args(_args(), overrides)
+    assert "tp-sp" not in options["layouts"] and "tp" in options["layouts"]
+    assert any("tp-sp left out" in n and "text-cls" in n for n in notes)
+    options, _ = parallelism.options_from_args(_args(), {"dist.nproc": 2})
+    assert "tp-sp" in options["layouts"]  # the default gpt-char splits its sequence

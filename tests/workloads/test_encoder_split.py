@@ -188,3 +188,21 @@ def test_a_split_encoder_trains_what_one_process_trains(split: str, encoder_run)
     assert abs(base[-1] - base[0]) > 1e-3  # training moved: the comparison has teeth
     val = [e["val_loss"] for e in json.loads((run / "summary.json").read_text())["epochs"]]
     assert val == pytest.approx([e["val_loss"] for e in first["epochs"]], abs=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3 * LAUNCH_TIMEOUT)
+def test_a_split_encoder_all_reduces_once_per_split_layer(encoder_run) -> None:
+    """BERT's separate query, key and value layers each all-reduce their input gradient:
+    6 all-reduces per layer (2 forward, 4 backward), where a fused Q/K/V makes 4. Under
+    LoRA on query, value and every dense layer, each split adapter adds one more; but the
+    first layer's input comes from frozen embeddings and needs no gradient, so its frozen
+    query, key and value layers send none back: 3 fewer than the plan's count."""
+    cases = ((SPLITS["tp"], 2, 4, 0), (SPLITS["lora-tp"], 4, 7, 3))
+    for flags, forward, backward, unneeded in cases:
+        summary = json.loads((encoder_run(*flags) / "summary.json").read_text())
+        tp = summary["parallel"]["tensor_parallel"]
+        assert tp["all_reduces_per_block"] == {"forward": forward, "backward": backward}
+        calls = summary["comm"]["collectives"]["ops"]["all_reduce"]["calls"]
+        assert calls == 2 * (forward + backward) - unneeded  # 2 layers
+        assert f"{forward + backward} all-reduces per block" in summary["parallel"]["comm_note"]

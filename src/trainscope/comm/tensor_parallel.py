@@ -73,10 +73,11 @@ class TPComm:
 
 
 def _counts(
-    blocks: int, nbytes: int, sequence_parallel: bool, norm_bytes: tuple[int, ...]
-) -> list[tuple[str, int, int]]:
+    blocks: int, nbytes: int, sequence_parallel: bool, norm_bytes: tuple[int, ...],
+    per_block: int,
+) -> list[tuple[str, int, int]]:  # fmt: skip
     if not sequence_parallel:
-        return [("all_reduce", ALL_REDUCES_PER_BLOCK * blocks, nbytes)]
+        return [("all_reduce", per_block * blocks, nbytes)]
     out = [
         ("all_gather", 4 * blocks + 2, nbytes),
         ("reduce_scatter", 2 * blocks, nbytes),
@@ -88,15 +89,17 @@ def _counts(
 def predict_tp(
     blocks: int, batch: int, seq_len: int, width: int, tp: int, fit: Any = None,
     element_bytes: int = 4, *, sequence_parallel: bool = False,
-    norm_bytes: tuple[int, ...] = (),
+    norm_bytes: tuple[int, ...] = (), per_block: int = ALL_REDUCES_PER_BLOCK,
 ) -> TPComm:  # fmt: skip
     """The collectives of one step of ``blocks`` blocks at ``batch x seq_len x width``
     activations of ``element_bytes`` on ``tp`` ranks. ``fit`` is one all_reduce Fit, or
     a mapping op -> Fit (their times; None where an op has none). ``norm_bytes``: each
-    norm parameter's gradient bytes, all-reduced under sequence parallelism."""
+    norm parameter's gradient bytes, all-reduced under sequence parallelism.
+    ``per_block``: all-reduces per block without it (4 in Megatron-LM's split of a block
+    with a fused Q/K/V; 6 with separate Q, K and V layers, as BERT's)."""
     nbytes = batch * seq_len * width * element_bytes
     ops, total, activation_calls = [], 0.0, 0
-    for op, calls, size in _counts(blocks, nbytes, sequence_parallel, norm_bytes):
+    for op, calls, size in _counts(blocks, nbytes, sequence_parallel, norm_bytes, per_block):
         one = fit.get(op) if isinstance(fit, dict) else (fit if op == "all_reduce" else None)
         seconds = calls * one.time(op, size, tp) if isinstance(one, Fit) else None
         ops.append(OpCount(op, calls, size, seconds))
@@ -118,7 +121,10 @@ def predict_from_summary(summary: dict[str, Any], fit: Any = None) -> TPComm | N
     blocks, size, batch, seq, width = values
     norms = tuple(int(b) for b in tp.get("partial_gradient_bytes") or ())
     sp = bool(tp.get("sequence_parallel"))
-    return predict_tp(blocks, batch, seq, width, size, fit, sequence_parallel=sp, norm_bytes=norms)
+    counts = tp.get("all_reduces_per_block") or {}
+    per_block = sum(v for v in counts.values() if isinstance(v, int)) or ALL_REDUCES_PER_BLOCK
+    return predict_tp(blocks, batch, seq, width, size, fit, sequence_parallel=sp,
+                      norm_bytes=norms, per_block=per_block)  # fmt: skip
 
 
 __all__ = ["ALL_REDUCES_PER_BLOCK", "OpCount", "TPComm", "predict_from_summary", "predict_tp"]

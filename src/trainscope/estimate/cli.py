@@ -125,7 +125,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--microbatches", type=int, default=4, metavar="M", help="pipeline: per batch (default 4)"
     )
     split.add_argument(
-        "--pp-schedule", default="1f1b", choices=("gpipe", "1f1b"), help="default 1f1b"
+        "--pp-schedule",
+        default="1f1b",
+        choices=("gpipe", "1f1b", "interleaved-1f1b"),
+        help="default 1f1b",
     )
     split.add_argument("--tp-size", type=int, metavar="T", help="tensor-parallel ranks")
     split.add_argument(

@@ -138,8 +138,12 @@ def split_table(ranks: list[Any], args: Any) -> Table:
     rows = []
     for r in ranks:
         act = r.activations
-        flight = "not estimated" if act is None else f"{fmt_bytes(act)} ({r.in_flight} x "
-        flight += "" if act is None else f"{fmt_bytes(r.activations_per_microbatch)})"
+        if act is None:
+            flight = "not estimated"
+        elif r.peak is not None:  # two stages of different sizes: a peak, not a product
+            flight = f"{fmt_bytes(act)} (peak: {r.in_flight} stage-microbatches)"
+        else:
+            flight = f"{fmt_bytes(act)} ({r.in_flight} x {fmt_bytes(r.activations_per_microbatch)})"
         total = "-" if act is None else fmt_bytes(r.states.total + act)
         rows.append([r.label, f"{r.parameters:,}", fmt_bytes(r.states.total), flight, total])
     if args.pp_stages is not None:

@@ -6,7 +6,9 @@ later stages take the extra ones), the embeddings on the first stage, the final 
 the head on the last (a tied head is a second copy there, trained on both). A stage's
 activations are those of its blocks (and its end) for one microbatch of ``B/M``; how many
 microbatches it holds at once is the schedule's: all ``M`` under GPipe, at most ``S - k``
-on stage ``k`` under 1F1B. The interleaved schedule's is not estimated.
+on stage ``k`` under 1F1B. Under interleaved 1F1B each rank runs two stages (``r`` and
+``r + S``, the blocks cut in ``2S``); what it holds is found by walking torch's order of
+that rank's forwards and backwards (:func:`interleaved_order`).
 
 **Tensor parallelism** (``strategies.tensor_parallel``): in every block, Q/K/V and the
 MLP's first layer are split by columns (weights and biases), the two output projections
@@ -50,11 +52,17 @@ class RankMemory:
     states: States
     activations_per_microbatch: int
     in_flight: int | None
-    """Microbatches held at once (None: not estimated)."""
+    """Microbatches held at once (None: not estimated); with two stages per rank, the
+    stage-microbatches held at the peak."""
+    peak: int | None = None
+    """The most activation bytes held at once, where the stages held differ in size (two
+    stages per rank); None: ``activations_per_microbatch x in_flight``."""
 
     @property
     def activations(self) -> int | None:
         """The most activation bytes held at once."""
+        if self.peak is not None:
+            return self.peak
         if self.in_flight is None:
             return None
         return self.activations_per_microbatch * self.in_flight
@@ -68,6 +76,7 @@ class RankMemory:
             "states_bytes": self.states.total,
             "activations_per_microbatch_bytes": self.activations_per_microbatch,
             "microbatches_in_flight": self.in_flight,
+            "in_flight_is_stage_microbatches": self.peak is not None,
             "activations_in_flight_bytes": self.activations,
         }
 
@@ -88,12 +97,53 @@ def _block_counts(arch: Arch) -> tuple[int, int]:
 
 
 def in_flight(schedule: str, stages: int, microbatches: int, stage: int) -> int | None:
-    """Microbatches stage ``stage`` holds at once under ``schedule``."""
+    """Microbatches stage ``stage`` holds at once under ``schedule`` (one stage per rank;
+    the interleaved schedule's two per rank: :func:`interleaved_peak`)."""
     if schedule == "gpipe":
         return microbatches
     if schedule == "1f1b":
         return min(microbatches, stages - stage)
-    return None  # interleaved: not estimated
+    return None
+
+
+def interleaved_order(rank: int, ranks: int, microbatches: int, local: int = 2) -> list:
+    """Rank ``rank``'s forwards and backwards under torch's interleaved 1F1B, in order:
+    ("F" | "B", stage). As ``ScheduleInterleaved1F1B`` orders them: microbatches go in
+    rounds of about ``ranks``; a warm-up of forwards (more the earlier the rank), then one
+    forward and one backward at a time, then the remaining backwards."""
+    rounds = max(1, microbatches // ranks)
+    per_round = microbatches // rounds
+    total = local * microbatches
+    warmup = min((local - 1) * per_round + 2 * (ranks - 1 - rank), total)
+    steady = total - warmup
+
+    def fwd(step: int) -> int:
+        return ((step // per_round) % local) * ranks + rank
+
+    def bwd(step: int) -> int:
+        return (local - 1 - ((step - warmup) // per_round) % local) * ranks + rank
+
+    order: list[tuple[str, int]] = []
+    for op in range(warmup + steady + warmup):
+        if op < warmup + steady:
+            order.append(("F", fwd(op)))
+        if op >= warmup:
+            order.append(("B", bwd(op)))
+    return order
+
+
+def interleaved_peak(order: list, stage_bytes: dict[int, int]) -> tuple[int, int]:
+    """(the most activation bytes held at once, the stage-microbatches held then), walking
+    ``order``: a forward keeps its stage's activations for one microbatch until that
+    microbatch's backward on the stage frees them (microbatches in order on each stage)."""
+    held: dict[int, int] = {}
+    peak, count = 0, 0
+    for kind, stage in order:
+        held[stage] = held.get(stage, 0) + (1 if kind == "F" else -1)
+        now = sum(stage_bytes[k] * n for k, n in held.items())
+        if now > peak:
+            peak, count = now, sum(held.values())
+    return peak, count
 
 
 def _stage_plan(
@@ -111,25 +161,39 @@ def pipeline_ranks(
     arch: Arch, *, stages: int, microbatches: int, schedule: str, batch: int, seq_len: int,
     precision: str, optimizer: str, device: str,
 ) -> list[RankMemory]:  # fmt: skip
-    """Each stage's parameters, model states and activations in flight (``batch``: the
-    batch each step of the pipeline takes, cut into ``microbatches``)."""
+    """Each rank's parameters, model states and activations in flight (``batch``: the
+    batch each step of the pipeline takes, cut into ``microbatches``). Under the
+    interleaved schedule each rank runs two stages, ``r`` and ``r + stages``."""
     _gpt_only(arch)
     if batch % microbatches:
         raise ConfigError(f"{microbatches} microbatches do not divide the batch of {batch}")
+    local = 2 if schedule == "interleaved-1f1b" else 1
+    n = stages * local
     block_params, block_tensors = _block_counts(arch)
     h, b = arch.hidden, int(arch.bias)
     full = plan(arch, batch // microbatches, seq_len, device)
+    params, tensors, acts = {}, {}, {}
+    for k, span in enumerate(split_even(arch.layers, n)):
+        first, last = k == 0, k == n - 1
+        blocks = span[1] - span[0]
+        params[k] = blocks * block_params + (arch.vocab * h + arch.positions * h if first else 0)
+        params[k] += (h * (1 + b) + arch.vocab * h) if last else 0  # ln_f, the head (a copy)
+        tensors[k] = blocks * block_tensors + (2 if first else 0) + ((1 + b) + 1 if last else 0)
+        acts[k] = activation_bytes(_stage_plan(full, span, first, last), "none", precision,
+                                   device).total  # fmt: skip
     out = []
-    for k, span in enumerate(split_even(arch.layers, stages)):
-        first, last = k == 0, k == stages - 1
-        n = span[1] - span[0]
-        params = n * block_params + (arch.vocab * h + arch.positions * h if first else 0)
-        params += (h * (1 + b) + arch.vocab * h) if last else 0  # ln_f and the head (a copy)
-        tensors = n * block_tensors + (2 if first else 0) + ((1 + b) + 1 if last else 0)
-        counts = ModelCounts(params, params, tensors)
-        act = activation_bytes(_stage_plan(full, span, first, last), "none", precision, device)
-        out.append(RankMemory(f"stage {k}", params, unsharded(counts, precision, optimizer),
-                              act.total, in_flight(schedule, stages, microbatches, k)))  # fmt: skip
+    for r in range(stages):
+        mine = [r + v * stages for v in range(local)]
+        p = sum(params[k] for k in mine)
+        states = unsharded(ModelCounts(p, p, sum(tensors[k] for k in mine)), precision, optimizer)
+        per_mb = sum(acts[k] for k in mine)
+        if local == 1:
+            out.append(RankMemory(f"stage {r}", p, states, per_mb,
+                                  in_flight(schedule, stages, microbatches, r)))  # fmt: skip
+            continue
+        peak, held = interleaved_peak(interleaved_order(r, stages, microbatches, local), acts)
+        out.append(RankMemory(f"rank {r} (stages {r}, {r + stages})", p, states, per_mb,
+                              held, peak))  # fmt: skip
     return out
 
 
@@ -166,4 +230,11 @@ def tp_rank(
     return RankMemory(label, params, unsharded(counts, precision, optimizer), act.total, 1)
 
 
-__all__ = ["RankMemory", "in_flight", "pipeline_ranks", "tp_rank"]
+__all__ = [
+    "RankMemory",
+    "in_flight",
+    "interleaved_order",
+    "interleaved_peak",
+    "pipeline_ranks",
+    "tp_rank",
+]

@@ -186,6 +186,7 @@ class TensorParallelStrategy(Strategy):
         self.plan: dict[str, str] = {}
         self.blocks = 0
         self.partial_bytes: list[int] = []
+        self.per_block = {"forward": 2, "backward": 2}  # the plan's, counted in wrap()
         self._fused: list[tuple[nn.Module, torch.Tensor]] = []
 
     @property
@@ -231,7 +232,12 @@ class TensorParallelStrategy(Strategy):
             for name, kind in plan.items():
                 if kind == COLWISE_FUSED3:
                     self._reorder_fused(block.get_submodule(name))
-            layers = {**expand_adapters(block, plan), **(sp[0] if sp else {})}
+            split = expand_adapters(block, plan)
+            # One all-reduce per row-split layer in forward, one per column-split
+            # layer's input gradient in backward (a fused Q/K/V is one layer).
+            self.per_block = {"forward": sum(k == ROWWISE for k in split.values()),
+                              "backward": sum(k != ROWWISE for k in split.values())}  # fmt: skip
+            layers = {**split, **(sp[0] if sp else {})}
             parallelize_module(block, mesh, {n: styles[k]() for n, k in layers.items()})
             self._note_partial(block, sp[0] if sp else {})
             self.blocks += 1
@@ -241,6 +247,13 @@ class TensorParallelStrategy(Strategy):
         if hasattr(model, "tp_localize"):
             model.tp_localize(self.tp)
         self.plan = plan
+        if sp is None:
+            f, b = self.per_block["forward"], self.per_block["backward"]
+            self.comm_note = (
+                f"{f + b} all-reduces per block and step (forward: {f}, after the row-split "
+                f"layers; backward: {b}, the input gradients of the column-split layers), "
+                "inside forward and backward"
+            )
         return model
 
     def _note_partial(self, root: nn.Module, sp: dict[str, str]) -> None:
@@ -318,5 +331,6 @@ class TensorParallelStrategy(Strategy):
             "tp_size": self.tp, "dp_size": self.dp, "blocks": self.blocks, "plan": self.plan,
             "sequence_parallel": self.sequence_parallel,
             "partial_gradient_bytes": self.partial_bytes,
+            "all_reduces_per_block": None if self.sequence_parallel else self.per_block,
         }  # fmt: skip
         return out

@@ -128,18 +128,38 @@ def options_from_args(args: Any, overrides: dict[str, Any]) -> tuple[dict[str, A
         raise ConfigError("--microbatch-counts: give at least one count, each in 1..4096")
     two_d = not args.no_2d
     every = configurations(nproc, micro, two_d)
-    chosen = args.layouts or ",".join(every)
+    notes: list[str] = []
+    default = list(every)
+    if not args.layouts and not _splits_sequence(overrides):
+        default.remove("tp-sp")
+        notes.append(f"tp-sp left out: --sequence-parallel does not split workload "
+                     f"{overrides.get('workload.name')}")  # fmt: skip
+    chosen = args.layouts or ",".join(default)
     options = {
         "nproc": nproc,
         "microbatches": micro,
         "layouts": name_list("layouts", chosen, tuple(every)),
         "two_d": two_d,
     }
-    notes: list[str] = []
     if getattr(args, "cost_model", None):
         options["cost_model"] = cost_model(args.cost_model, nproc)
         notes = options["cost_model"]["notes"]
     return options, notes
+
+
+def _splits_sequence(overrides: dict[str, Any]) -> bool:
+    """Whether the workload the overrides name runs under sequence parallelism (true
+    where only the model, once built, can say: a --config file's, a user's own)."""
+    from trainscope.config import WorkloadConfig
+    from trainscope.workloads import workload_layout
+
+    name = overrides.get("workload.name")
+    if not isinstance(name, str):
+        return True
+    prefix = "workload.options."
+    options = {k[len(prefix) :]: v for k, v in overrides.items() if k.startswith(prefix)}
+    layout = workload_layout(WorkloadConfig(name=name, options=options))
+    return layout is None or bool(layout.get("sequence_parallel", False))
 
 
 def cost_model(study_dir: str, nproc: int) -> dict[str, Any]:
