@@ -119,21 +119,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="dropout of gpt-char or the model named (GPT-2: 0.1)",
     )
     tr.add_argument("--checkpointing", default="none", metavar="POLICY", help=CHECKPOINTING_HELP)
-    split = p.add_argument_group("a split model (GPT architectures): memory per rank")
-    split.add_argument("--pp-stages", type=int, metavar="S", help="pipeline stages")
-    split.add_argument(
-        "--microbatches", type=int, default=4, metavar="M", help="pipeline: per batch (default 4)"
-    )
-    split.add_argument(
-        "--pp-schedule",
-        default="1f1b",
-        choices=("gpipe", "1f1b", "interleaved-1f1b"),
-        help="default 1f1b",
-    )
-    split.add_argument("--tp-size", type=int, metavar="T", help="tensor-parallel ranks")
-    split.add_argument(
-        "--sequence-parallel", action="store_true", help="tp: the sequence split too"
-    )
+    _add_split_args(p)
     tr.add_argument(
         "--device",
         default="auto",
@@ -307,6 +293,25 @@ def main(args: argparse.Namespace) -> int:
             ),
         )
     return 0
+
+
+def _add_split_args(parser: argparse.ArgumentParser) -> None:
+    """The flags of a split model's per-rank figures (pipeline, tensor parallelism)."""
+    split = parser.add_argument_group("a split model (GPT architectures): memory per rank")
+    split.add_argument("--pp-stages", type=int, metavar="S", help="pipeline stages")
+    split.add_argument(
+        "--microbatches", type=int, default=4, metavar="M", help="pipeline: per batch (default 4)"
+    )
+    split.add_argument(
+        "--pp-schedule",
+        default="1f1b",
+        choices=("gpipe", "1f1b", "interleaved-1f1b"),
+        help="default 1f1b",
+    )
+    split.add_argument("--tp-size", type=int, metavar="T", help="tensor-parallel ranks")
+    split.add_argument(
+        "--sequence-parallel", action="store_true", help="tp: the sequence split too"
+    )
 
 
 def _split(args: argparse.Namespace, est: Any) -> list[Any]:

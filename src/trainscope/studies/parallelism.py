@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from trainscope.collectives.predict_cli import fits_of_study
-from trainscope.config import PP_SCHEDULES
+from trainscope.config import PP_SCHEDULES, WorkloadConfig
 from trainscope.errors import ConfigError
 from trainscope.records.study_dir import PlannedRun
 from trainscope.studies.base import (
@@ -30,6 +30,7 @@ from trainscope.studies.base import (
     study_planner,
 )
 from trainscope.studies.strategies_model import world_notes
+from trainscope.workloads import workload_layout
 
 DEFAULT_MICROBATCHES = (2, 4, 8)
 
@@ -150,9 +151,6 @@ def options_from_args(args: Any, overrides: dict[str, Any]) -> tuple[dict[str, A
 def _splits_sequence(overrides: dict[str, Any]) -> bool:
     """Whether the workload the overrides name runs under sequence parallelism (true
     where only the model, once built, can say: a --config file's, a user's own)."""
-    from trainscope.config import WorkloadConfig
-    from trainscope.workloads import workload_layout
-
     name = overrides.get("workload.name")
     if not isinstance(name, str):
         return True
