@@ -21,6 +21,7 @@ import yaml
 from trainscope import registry
 from trainscope.cli.doctor import add_parser as add_doctor_parser
 from trainscope.cli.flags import FLAG_GROUPS, RUN_FLAGS, flag_group, refuse_what_the_study_sets
+from trainscope.cli.lab import add_parser as add_lab_parser
 from trainscope.collectives import cli as collectives_cli
 from trainscope.config import deletion_only_from_command_line, resolve, safe_load_yaml, show
 from trainscope.data import mnist_split
@@ -96,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_smp.add_argument("--device", default="cpu", metavar="DEV", help="auto | cpu | cuda | cuda:N")
 
     add_doctor_parser(sub)
+    add_lab_parser(sub, lambda argv: main(argv))  # main: defined below
 
     p_cmp = sub.add_parser(
         "compare",

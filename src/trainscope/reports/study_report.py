@@ -56,7 +56,8 @@ def first_summary(study: StudyRecord) -> dict[str, Any]:
     return {}
 
 
-def _header(study: StudyRecord, doc: Document) -> None:
+def study_header(study: StudyRecord, doc: Document) -> None:
+    """A study's status, workload, repeats, how its runs executed and on what machine."""
     plan = study.plan
     applicable = [r for r in plan.runs if r.applicable]
     done = [r for r in applicable if study.completed(r)]
@@ -174,7 +175,7 @@ def _write_study_report(study: StudyRecord, out: Path) -> StudyReport:
     kind = study.plan.kind
     doc = Document(f"Study: {kind} ({study.path.name})")
     if kind != "collectives":  # no runs: its section says itself how its processes ran
-        _header(study, doc)
+        study_header(study, doc)
     # The kind is record text: only a registered kind's builder is ever imported.
     build = registry.report_builder(kind) if isinstance(kind, str) else None
     if build is None:

@@ -12,6 +12,7 @@ that failed or was interrupted is redone. Rerunning the same command continues a
 from __future__ import annotations
 
 import functools
+import gc
 import sys
 import time
 import warnings
@@ -221,6 +222,11 @@ def _run_planned(session: _Session, i: int, planned: PlannedRun) -> None:
         session.failures[planned.id] = f"{type(e).__name__}: {e}"
         say(f"{tag}: failed: {type(e).__name__}: {e}")
         return
+    finally:
+        # A run in this process can leave its DataLoader iterators in reference cycles;
+        # collected later inside a worker that a next run forks, each would print a
+        # traceback ("can only test a child process"). Collected here, in their parent.
+        gc.collect()
     result.executed.append(planned.id)
     session.durations.append(time.perf_counter() - t0)
     note = " (warm-up, discarded)" if planned.warmup else ""

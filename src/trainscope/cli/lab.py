@@ -1,0 +1,62 @@
+"""``trainscope lab``: the parser here; the lab (:mod:`trainscope.lab`) is imported when
+the command runs, so ``--help`` does not load it."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from trainscope.util.textsafe import terminal_text
+
+HELP = "one document answering the classic questions of efficient training, measured here"
+
+
+def add_parser(sub: Any, run_command: Callable[[list[str]], int]) -> None:
+    """Add ``lab`` to the command line's sub-commands; ``run_command(argv)`` is the
+    command line's own entry point, which runs each chapter's ``trainscope study``."""
+    p = sub.add_parser(
+        "lab",
+        help=HELP,
+        description="Run (or reuse) the study behind each chapter and write one document "
+        "(Markdown, HTML, the LaTeX tables): each chapter's question, its short answer from "
+        "the study's findings (noise rule: median, spread, n), the measurement, the command "
+        "that reproduces it and the records it comes from. Rerun the same command to "
+        "continue an interrupted lab.",
+    )
+    p.add_argument("--quick", action="store_true", help="small workloads, few repeats")
+    p.add_argument("--only", metavar="LIST", help="chapter numbers, e.g. 2,5 (default all)")
+    p.add_argument(
+        "--from", dest="from_dirs", action="append", default=[], metavar="DIR",
+        help="reuse this study folder for the chapter that measures with its kind "
+        "(repeatable)",
+    )  # fmt: skip
+    p.add_argument("--data", metavar="DIR", help="a folder holding tinyshakespeare/, mnist/, "
+                   "sst2/ (as ../shared/data): the chapters that need them")  # fmt: skip
+    p.add_argument("--out", metavar="DIR", default="runs/lab", help="default runs/lab")
+    p.add_argument("--quiet", "-q", action="store_true", help="print errors only")
+    p.set_defaults(handler=cmd_lab, run_command=run_command)
+
+
+def cmd_lab(args: argparse.Namespace) -> int:
+    """Measure the chapters, then write the document; where it is, on stdout."""
+    from trainscope.lab.chapters import parse_only
+    from trainscope.lab.document import build_lab_document
+    from trainscope.lab.runner import run_lab
+
+    chapters = parse_only(args.only)
+
+    def say(text: str) -> None:
+        if not args.quiet:
+            print(terminal_text(text), file=sys.stderr)
+
+    result = run_lab(Path(args.out), chapters, quick=args.quick, data_root=args.data,
+                     from_dirs=args.from_dirs, run_study=args.run_command, say=say)  # fmt: skip
+    files = build_lab_document(result, chapters)
+    for state in result.states:
+        say(f"chapter {state.number}: {state.status}"
+            + (f" ({state.reason})" if state.reason else ""))  # fmt: skip
+    print(terminal_text(f"lab written to {files[0].parent} in {result.seconds:.0f} s"))
+    return 1 if any(s.status == "failed" for s in result.states) else 0

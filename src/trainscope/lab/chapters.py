@@ -1,0 +1,109 @@
+"""The lab's chapters: each a classic question of efficient training, and the study that
+answers it by measuring on this machine (torch-free: the plan and the document need no
+torch; the studies run it).
+
+A chapter names its study kind and the study's flags in two budgets: ``quick`` (small
+workloads, few repeats: the whole quick lab in minutes on 2 CPU cores) and ``full``.
+Chapters whose measurement is not built yet are listed with ``study=None``: the
+document says so, never a figure it did not measure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainscope.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Chapter:
+    """One chapter of the lab."""
+
+    number: int
+    slug: str
+    title: str
+    question: str
+    study: str | None
+    """The study kind that measures it (``trainscope study KIND``); None: not built yet."""
+    quick: tuple[str, ...] = ()
+    """The study's flags under ``--quick``."""
+    full: tuple[str, ...] = ()
+    """The study's flags otherwise."""
+    data: str | None = None
+    """The folder under ``--data`` its workload reads (``tinyshakespeare``); None: its
+    data ships with trainscope or is made by the run."""
+
+    def flags(self, quick: bool, data_root: str | None) -> list[str]:
+        """The study's command-line flags for this lab (``--data-dir`` where it needs one)."""
+        flags = list(self.quick if quick else self.full)
+        if self.data is not None and data_root is not None:
+            flags += ["--data-dir", f"{data_root.rstrip('/')}/{self.data}"]
+        return flags
+
+
+CHAPTERS: tuple[Chapter, ...] = (
+    Chapter(1, "distribute", "Why distribute, and what it costs",
+            "What does a second process buy, what does it cost, and how far does it go?",
+            None),
+    Chapter(2, "precision", "How mixed precision saves memory and time",
+            "What do fp32, tf32, fp16 and bf16 cost per step and in memory, and do they "
+            "train to the same loss?", "precision",
+            quick=("--repeats", "2", "--set", "train.epochs=3"),
+            full=("--repeats", "3")),
+    Chapter(3, "checkpointing", "Activation checkpointing",
+            "How much activation memory does recomputation save, and what does it cost in "
+            "time?", "checkpointing",
+            quick=("--repeats", "2", "--set", "train.max_steps_per_epoch=12"),
+            full=("--repeats", "3"), data="tinyshakespeare"),
+    Chapter(4, "dp-ddp", "DataParallel vs DistributedDataParallel",
+            "What changes in the code, and why is DataParallel slower?", None),
+    Chapter(5, "workers", "How many DataLoader workers?",
+            "What does num_workers=0 mean, and where do more workers stop helping?",
+            "loader",
+            quick=("--workers", "0,1,2", "--sweep-epochs", "1", "--iter-workers", "0,2",
+                   "--repeats", "2"),
+            full=("--repeats", "3")),
+    Chapter(6, "time", "Where a training run's time goes",
+            "Which stage of a step takes the time, and what to do about it?", None),
+    Chapter(7, "amp", "AMP vs fp32, end to end", "Same model, same steps: what changes?",
+            None),
+    Chapter(8, "lora", "LoRA vs full fine-tuning",
+            "What does training only low-rank adapters save, and what does it cost?", None),
+    Chapter(9, "sync", "Synchronising gradients by hand",
+            "Gather-scatter, all-reduce, buckets, DDP: which is fastest, and why?", None),
+    Chapter(10, "collectives", "The collectives",
+            "What does each collective compute, and how fast is it here?", None),
+    Chapter(11, "gpt2-memory", "Why a 1.5B GPT-2 needs about 32 GB to train",
+            "Where does training memory go, and what do ZeRO and checkpointing bring?", None),
+    Chapter(12, "int8", "INT8 post-training quantization",
+            "What do size, accuracy and evaluation time become in int8?", None),
+)  # fmt: skip
+"""Every chapter, in order."""
+
+
+def chapter(number: int) -> Chapter:
+    """The chapter numbered ``number``."""
+    for c in CHAPTERS:
+        if c.number == number:
+            return c
+    raise ConfigError(f"the lab has no chapter {number}: chapters are 1-{len(CHAPTERS)}")
+
+
+def parse_only(text: str | None) -> list[Chapter]:
+    """``--only 2,5`` -> those chapters, in order (None: every chapter)."""
+    if text is None:
+        return list(CHAPTERS)
+    numbers: list[int] = []
+    for part in str(text).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if not part.isdigit():
+            raise ConfigError(f"--only: chapter numbers separated by commas, got {text!r}")
+        numbers.append(int(part))
+    if not numbers:
+        raise ConfigError("--only: name at least one chapter")
+    return [chapter(n) for n in sorted(set(numbers))]
+
+
+__all__ = ["CHAPTERS", "Chapter", "chapter", "parse_only"]

@@ -1,0 +1,113 @@
+"""The lab's document: one chapter per question, each built from its study's records.
+
+A chapter states its question; its short answer is the study's own findings (sentences
+its report builder generates by the noise rule: median, spread and n, no claim inside
+the noise); then the study's tables and figures, the command that reproduces them and
+the folder of records every number comes from. A chapter this version cannot measure,
+or one whose data was not given, says so instead of showing anything.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+from trainscope import registry
+from trainscope.lab.chapters import Chapter
+from trainscope.lab.runner import ChapterState, LabResult
+from trainscope.records.study_dir import load_study
+from trainscope.reports.document import Document, Heading, escape_inline, inline_code
+from trainscope.reports.document import write_document as write_markdown_html
+from trainscope.reports.section import Section
+from trainscope.reports.study_report import study_header
+from trainscope.reports.tables import LATEX_NEEDS, Table
+
+STATUS_TEXT = {
+    "measured": "measured here",
+    "reused": "from an existing study (--from)",
+    "not built": "not measured by this version of trainscope",
+    "needs data": "not measured: its data was not given",
+    "failed": "its study failed",
+}
+
+
+def _contents(doc: Document, chapters: list[Chapter], states: dict[int, ChapterState]) -> None:
+    rows = [[str(c.number), escape_inline(c.title), STATUS_TEXT[states[c.number].status]]
+            for c in chapters]  # fmt: skip
+    doc.table(Table(["Chapter", "Question", "State"], rows, "The chapters of this lab.",
+                    "tab:lab-contents", "rll"))  # fmt: skip
+
+
+def _study_blocks(folder: str, plots: Path) -> tuple[Document, Section, Any]:
+    """The study's report blocks (its header, tables, figures), built apart so that its
+    findings can lead the chapter; its headings one level down."""
+    study = load_study(folder)
+    part = Document("")
+    study_header(study, part)
+    build = registry.report_builder(str(study.plan.kind))
+    section = build(study, part, plots) if build is not None else Section()
+    part.blocks = [Heading(b.text, min(6, b.level + 1)) if isinstance(b, Heading) else b
+                   for b in part.blocks]  # fmt: skip
+    return part, section, study
+
+
+def _chapter(doc: Document, c: Chapter, state: ChapterState, plots: Path) -> dict[str, Table]:
+    doc.heading(f"{c.number}. {c.title}", 2)
+    doc.paragraph(f"**Question.** {escape_inline(c.question)}")
+    if state.status not in ("measured", "reused") or state.study_dir is None:
+        reason = f" ({escape_inline(state.reason)})" if state.reason else ""
+        doc.note(f"This chapter is {STATUS_TEXT[state.status]}{reason}.")
+        return {}
+    part, section, study = _study_blocks(state.study_dir, plots / f"{c.number:02d}-{c.slug}")
+    doc.heading("Short answer", 3)
+    if section.findings:
+        doc.bullets([escape_inline(f) for f in section.findings])
+    else:
+        doc.paragraph("The study states no finding (no comparison beyond the noise).")
+    doc.heading("The measurement", 3)
+    doc.blocks.extend(part.blocks)
+    doc.heading("Reproduce", 3)
+    argv = study.meta.get("argv") or []
+    command = state.command or ("trainscope " + " ".join(str(a) for a in argv[1:]))
+    doc.code(command)
+    doc.paragraph(
+        f"Every figure in this chapter comes from the records in {inline_code(state.study_dir)}"
+        " (each run's `summary.json` and `metrics.jsonl` under `runs/`)."
+    )
+    return {f"{c.number}-{k}": t for k, t in section.tables.items()}
+
+
+def build_lab_document(result: LabResult, chapters: list[Chapter]) -> list[Path]:
+    """Write ``report/report.md``, ``report.html`` and ``tables.tex`` of a lab."""
+    out = result.out / "report"
+    plots = out / "plots"
+    plots.mkdir(parents=True, exist_ok=True)
+    states = {s.number: s for s in result.states}
+    doc = Document("trainscope lab: efficient training, measured on this machine")
+    budget = (
+        (
+            "**--quick**: small workloads and few repeats, so spreads are wide and "
+            "fewer differences clear the noise"
+        )
+        if result.quick
+        else "the full budget"
+    )
+    doc.paragraph(
+        f"Built {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC with {budget}. Every "
+        "number below was measured by the study its chapter names, on the machine its "
+        "chapter describes; a comparison is stated only where two spreads do not overlap."
+    )  # fmt: skip
+    _contents(doc, chapters, states)
+    tables: dict[str, Table] = {}
+    for c in chapters:
+        tables.update(_chapter(doc, c, states[c.number], plots))
+    files = write_markdown_html(doc, out)
+    tex = out / "tables.tex"
+    body = [t.to_latex() for t in tables.values() if t.rows]
+    tex.write_text("\n".join(["% Tables of a trainscope lab; generated, do not edit.",
+                              LATEX_NEEDS, "", *body]), encoding="utf-8")  # fmt: skip
+    return [*files, tex]
+
+
+__all__ = ["build_lab_document"]

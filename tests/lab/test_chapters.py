@@ -1,0 +1,26 @@
+"""The lab's chapters: every question of the issue listed, --only, and the data a
+chapter asks for."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainscope.errors import ConfigError
+from trainscope.lab import chapters as lab_chapters
+from trainscope.lab.chapters import CHAPTERS, parse_only
+
+
+def test_every_chapter_of_the_issue_is_listed_and_only_picks_some() -> None:
+    assert [c.number for c in CHAPTERS] == list(range(1, 13))
+    assert [c.number for c in parse_only("5, 2,5")] == [2, 5]
+    assert len(parse_only(None)) == 12
+    for bad, message in (("2,x", "chapter numbers"), ("13", "no chapter 13"), (",", "at least")):
+        with pytest.raises(ConfigError, match=message):
+            parse_only(bad)
+
+
+def test_a_chapter_that_needs_data_asks_for_it_by_its_folder() -> None:
+    c = lab_chapters.chapter(3)
+    assert c.data == "tinyshakespeare"
+    assert c.flags(True, "/d/")[-2:] == ["--data-dir", "/d/tinyshakespeare"]
+    assert "--data-dir" not in c.flags(True, None)

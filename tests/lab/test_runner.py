@@ -1,0 +1,92 @@
+"""trainscope lab run end to end: one chapter measured with tiny settings and the
+document's numbers traced to the records, a lab continued after it stopped, --from, and
+the refusals (another budget in the same folder, a folder that is not a lab's, a --from
+folder that is not a study)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from trainscope.cli import main
+from trainscope.lab import chapters as lab_chapters
+from trainscope.lab.chapters import CHAPTERS
+
+# The loader chapter at its smallest: 2 worker counts, one epoch, one repeat.
+TINY = ("--workers", "0,1", "--sweep-epochs", "1", "--iter-workers", "0", "--repeats", "1",
+        "--iter-steps", "5", "--no-warmup")  # fmt: skip
+
+
+@pytest.fixture
+def tiny_loader_chapter(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chapter 5 with the tiny settings, in place of its quick ones."""
+    tiny = [dataclasses.replace(c, quick=TINY) if c.number == 5 else c for c in CHAPTERS]
+    monkeypatch.setattr(lab_chapters, "CHAPTERS", tuple(tiny))
+
+
+def _numbers(text: str) -> set[str]:
+    """The decimal numbers of a text (thousands separators dropped)."""
+    return {m.replace(",", "") for m in re.findall(r"\d[\d,]*\.\d+", text)}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.usefixtures("tiny_loader_chapter")
+def test_a_chapter_measured_end_to_end_and_its_numbers_come_from_its_records(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "lab"
+    assert main(["lab", "--quick", "--only", "3,5,7", "--out", str(out), "-q"]) == 0
+    record = json.loads((out / "lab.json").read_text())
+    states = record["chapters"]
+    assert states["5"]["status"] == "measured" and states["7"]["status"] == "not built"
+    assert states["3"]["status"] == "needs data"  # no --data: said, not measured
+    md = (out / "report" / "report.md").read_text()
+    html = (out / "report" / "report.html").read_text()
+    assert "## 5. How many DataLoader workers?" in md and "### Short answer" in md
+    assert "not measured by this version of trainscope" in md  # chapter 7
+    assert "its data was not given" in md and "tinyshakespeare" in md  # chapter 3
+    assert "trainscope study loader" in md and "<img" in html
+    assert (out / "report" / "tables.tex").read_text().count("\\begin{table}") >= 1
+    # Every decimal number in the chapter's short answer is in the study's own report,
+    # which is built from the run records alone (the chapter links their folder).
+    short = md.split("### Short answer", 1)[1].split("### The measurement", 1)[0]
+    study = Path(states["5"]["study_dir"])
+    assert main(["report", str(study), "-q"]) == 0
+    source = (study / "report" / "report.md").read_text()
+    assert _numbers(short) and _numbers(short) <= _numbers(source)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.usefixtures("tiny_loader_chapter")
+def test_a_lab_continues_where_it_stopped_and_keeps_its_budget(tmp_path: Path) -> None:
+    out = tmp_path / "lab"
+    assert main(["lab", "--quick", "--only", "5", "--out", str(out), "-q"]) == 0
+    runs = sorted((out / "studies" / "05-workers" / "runs").rglob("summary.json"))
+    stamps = {p: p.stat().st_mtime_ns for p in runs}
+    # The same command again: the finished study is read, not rerun; the document rebuilt.
+    (out / "report" / "report.md").unlink()
+    assert main(["lab", "--quick", "--only", "5", "--out", str(out), "-q"]) == 0
+    assert {p: p.stat().st_mtime_ns for p in runs} == stamps
+    assert (out / "report" / "report.md").is_file()
+    # Another budget in the same folder is refused in one line, and so is a foreign folder.
+    assert main(["lab", "--only", "5", "--out", str(out), "-q"]) == 2
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    assert main(["lab", "--quick", "--only", "5", "--out", str(other), "-q"]) == 2
+    assert (other / "notes.txt").read_text() == "mine"
+    # --from: the study is reused by its kind, in another lab.
+    again = tmp_path / "again"
+    study = out / "studies" / "05-workers"
+    assert main(["lab", "--quick", "--only", "5", "--from", str(study), "--out", str(again),
+                 "-q"]) == 0  # fmt: skip
+    state = json.loads((again / "lab.json").read_text())["chapters"]["5"]
+    assert state["status"] == "reused" and not (again / "studies").exists()
+    assert main(["lab", "--quick", "--from", str(other), "--out", str(tmp_path / "x"),
+                 "-q"]) == 2  # fmt: skip
