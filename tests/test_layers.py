@@ -51,6 +51,7 @@ HELP_MODULES = {
     "trainscope.cli",
     "trainscope.cli.commands",
     "trainscope.cli.doctor",
+    "trainscope.cli.lab",
     "trainscope.cli.flags",
     "trainscope.collectives",
     "trainscope.collectives.cli",
