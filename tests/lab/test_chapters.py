@@ -22,5 +22,14 @@ def test_every_chapter_of_the_issue_is_listed_and_only_picks_some() -> None:
 def test_a_chapter_that_needs_data_asks_for_it_by_its_folder() -> None:
     c = lab_chapters.chapter(3)
     assert c.data == "tinyshakespeare"
-    assert c.flags(True, "/d/")[-2:] == ["--data-dir", "/d/tinyshakespeare"]
-    assert "--data-dir" not in c.flags(True, None)
+    assert c.argv(True, "/d/")[-2:] == ["--data-dir", "/d/tinyshakespeare"]
+    assert c.argv(True, None)[:2] == ["study", "checkpointing"]
+    assert "--data-dir" not in c.argv(True, None)
+
+
+def test_the_collectives_fit_feeds_the_chapter_that_predicts_with_it() -> None:
+    sync = lab_chapters.chapter(9)
+    assert sync.argv(True, None, "/lab/studies/10-collectives")[-2:] == [
+        "--cost-model", "/lab/studies/10-collectives"]  # fmt: skip
+    assert "--cost-model" not in sync.argv(True, None, None)
+    assert lab_chapters.chapter(10).argv(True, None)[0] == "collectives"

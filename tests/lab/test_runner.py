@@ -14,7 +14,7 @@ import pytest
 
 from trainscope.cli import main
 from trainscope.lab import chapters as lab_chapters
-from trainscope.lab.chapters import CHAPTERS
+from trainscope.lab.chapters import CHAPTERS, parse_only
 
 # The loader chapter at its smallest: 2 worker counts, one epoch, one repeat.
 TINY = ("--workers", "0,1", "--sweep-epochs", "1", "--iter-workers", "0", "--repeats", "1",
@@ -90,3 +90,34 @@ def test_a_lab_continues_where_it_stopped_and_keeps_its_budget(tmp_path: Path) -
     assert state["status"] == "reused" and not (again / "studies").exists()
     assert main(["lab", "--quick", "--from", str(other), "--out", str(tmp_path / "x"),
                  "-q"]) == 2  # fmt: skip
+
+
+def test_a_lab_stopped_by_ctrl_c_keeps_what_it_finished_and_continues(tmp_path: Path) -> None:
+    """The lab's record is written after each chapter: Ctrl-C in chapter 5 leaves chapter
+    2's state; the same lab run again asks every study again (each resumes itself: a
+    finished one returns at once) and completes."""
+    import json
+
+    from trainscope.lab.runner import run_lab
+
+    asked: list[list[str]] = []
+
+    def interrupted(argv: list[str]) -> int:
+        asked.append(argv)
+        if argv[1] == "loader":
+            raise KeyboardInterrupt
+        return 0
+
+    out = tmp_path / "lab"
+    chapters = parse_only("2,5")
+    with pytest.raises(KeyboardInterrupt):
+        run_lab(out, chapters, quick=True, data_root=None, from_dirs=[], run_study=interrupted)
+    states = json.loads((out / "lab.json").read_text())["chapters"]
+    assert list(states) == ["2"] and states["2"]["status"] == "measured"
+    asked.clear()
+    result = run_lab(out, chapters, quick=True, data_root=None, from_dirs=[],
+                     run_study=lambda argv: asked.append(argv) or 0)  # fmt: skip
+    assert [s.status for s in result.states] == ["measured", "measured"]
+    assert [a[1] for a in asked] == ["precision", "loader"]
+    assert [a[a.index("--out") + 1] for a in asked] == [
+        str(out / "studies" / "02-precision"), str(out / "studies" / "05-workers")]  # fmt: skip

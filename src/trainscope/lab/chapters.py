@@ -32,19 +32,29 @@ class Chapter:
     data: str | None = None
     """The folder under ``--data`` its workload reads (``tinyshakespeare``); None: its
     data ships with trainscope or is made by the run."""
+    command: tuple[str, ...] = ()
+    """The trainscope command that makes its study (default ``study KIND``)."""
+    fit: bool = False
+    """Its study takes ``--cost-model DIR``: the collectives chapter's, when measured."""
+    not_yet: str | None = None
+    """A part of the chapter's question this version does not measure (said in it)."""
 
-    def flags(self, quick: bool, data_root: str | None) -> list[str]:
-        """The study's command-line flags for this lab (``--data-dir`` where it needs one)."""
-        flags = list(self.quick if quick else self.full)
+    def argv(self, quick: bool, data_root: str | None, fit_dir: str | None = None) -> list[str]:
+        """The command line (after ``trainscope``) that makes this chapter's study."""
+        argv = list(self.command or ("study", str(self.study)))
+        argv += self.quick if quick else self.full
         if self.data is not None and data_root is not None:
-            flags += ["--data-dir", f"{data_root.rstrip('/')}/{self.data}"]
-        return flags
+            argv += ["--data-dir", f"{data_root.rstrip('/')}/{self.data}"]
+        if self.fit and fit_dir is not None:
+            argv += ["--cost-model", fit_dir]
+        return argv
 
 
 CHAPTERS: tuple[Chapter, ...] = (
     Chapter(1, "distribute", "Why distribute, and what it costs",
             "What does a second process buy, what does it cost, and how far does it go?",
-            None),
+            "scaling", quick=("--nproc", "1,2", "--repeats", "2"), full=("--repeats", "5"),
+            not_yet="a straggler planted on one rank, and what it costs every rank"),
     Chapter(2, "precision", "How mixed precision saves memory and time",
             "What do fp32, tf32, fp16 and bf16 cost per step and in memory, and do they "
             "train to the same loss?", "precision",
@@ -70,9 +80,15 @@ CHAPTERS: tuple[Chapter, ...] = (
     Chapter(8, "lora", "LoRA vs full fine-tuning",
             "What does training only low-rank adapters save, and what does it cost?", None),
     Chapter(9, "sync", "Synchronising gradients by hand",
-            "Gather-scatter, all-reduce, buckets, DDP: which is fastest, and why?", None),
+            "Gather-scatter, all-reduce, buckets, DDP: which is fastest, and why?",
+            "strategies",
+            quick=("--strategies", "single,ddp,gather-scatter,allreduce,allreduce-bucketed",
+                   "--repeats", "2"),
+            full=("--repeats", "3"), fit=True),
     Chapter(10, "collectives", "The collectives",
-            "What does each collective compute, and how fast is it here?", None),
+            "What does each collective compute, and how fast is it here?", "collectives",
+            quick=("--nproc", "2", "--sizes", "4K:256K", "--repeats", "3"),
+            full=("--nproc", "2", "--sizes", "4K:16M"), command=("collectives",)),
     Chapter(11, "gpt2-memory", "Why a 1.5B GPT-2 needs about 32 GB to train",
             "Where does training memory go, and what do ZeRO and checkpointing bring?", None),
     Chapter(12, "int8", "INT8 post-training quantization",

@@ -60,6 +60,8 @@ def _chapter(doc: Document, c: Chapter, state: ChapterState, plots: Path) -> dic
         doc.note(f"This chapter is {STATUS_TEXT[state.status]}{reason}.")
         return {}
     part, section, study = _study_blocks(state.study_dir, plots / f"{c.number:02d}-{c.slug}")
+    if c.not_yet:
+        doc.note(f"Not measured by this version: {escape_inline(c.not_yet)}.")
     doc.heading("Short answer", 3)
     if section.findings:
         doc.bullets([escape_inline(f) for f in section.findings])

@@ -93,18 +93,23 @@ def run_lab(
     reuse = _reusable(from_dirs)
     out.mkdir(parents=True, exist_ok=True)
     result = LabResult(out, quick)
-    for c in chapters:
-        state = _one_chapter(c, out, quick, data_root, reuse, run_study, say)
+    # The collectives first: their α–β fit predicts the communication of later chapters.
+    fit_dir: str | None = None
+    for c in sorted(chapters, key=lambda c: (c.study != "collectives", c.number)):
+        state = _one_chapter(c, out, quick, data_root, reuse, run_study, say, fit_dir)
+        if c.study == "collectives" and state.status in ("measured", "reused"):
+            fit_dir = state.study_dir
         record["chapters"][str(c.number)] = state.__dict__
         atomic_write_json(out / LAB_FILE, record)
         result.states.append(state)
+    result.states.sort(key=lambda s: s.number)
     result.seconds = time.perf_counter() - t0
     return result
 
 
 def _one_chapter(
     c: Chapter, out: Path, quick: bool, data_root: str | None, reuse: dict[str, Path],
-    run_study: Callable[[list[str]], int], say: Callable[[str], None],
+    run_study: Callable[[list[str]], int], say: Callable[[str], None], fit_dir: str | None,
 ) -> ChapterState:  # fmt: skip
     if c.study is None:
         return ChapterState(c.number, "not built", reason="not measured by this version")
@@ -115,7 +120,7 @@ def _one_chapter(
             c.number, "needs data", reason=f"needs {c.data}/ under --data DIR (not given)"
         )
     folder = out / "studies" / f"{c.number:02d}-{c.slug}"
-    argv = ["study", c.study, *c.flags(quick, data_root), "--out", str(folder), "-q"]
+    argv = [*c.argv(quick, data_root, fit_dir), "--out", str(folder), "-q"]
     command = "trainscope " + " ".join(shlex.quote(a) for a in argv)
     say(f"chapter {c.number}: {c.title}: {command}")
     code = run_study(argv)
