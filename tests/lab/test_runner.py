@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from trainscope.cli import main
+from trainscope.errors import ConfigError
 from trainscope.lab import chapters as lab_chapters
 from trainscope.lab.chapters import CHAPTERS, parse_only
 
@@ -121,3 +122,20 @@ def test_a_lab_stopped_by_ctrl_c_keeps_what_it_finished_and_continues(tmp_path: 
     assert [a[1] for a in asked] == ["precision", "loader"]
     assert [a[a.index("--out") + 1] for a in asked] == [
         str(out / "studies" / "02-precision"), str(out / "studies" / "05-workers")]  # fmt: skip
+
+
+def test_data_that_is_not_there_is_said_not_run(tmp_path: Path) -> None:
+    """A --data folder without a chapter's data: that chapter needs data (nothing runs);
+    a --data that is not a folder: refused before anything is written."""
+    from trainscope.lab.runner import run_lab
+
+    asked: list[list[str]] = []
+    out = tmp_path / "lab"
+    result = run_lab(out, parse_only("3"), quick=True, data_root=str(tmp_path), from_dirs=[],
+                     run_study=lambda argv: asked.append(argv) or 0)  # fmt: skip
+    assert result.states[0].status == "needs data" and not asked
+    assert "tinyshakespeare/ under --data" in str(result.states[0].reason)
+    with pytest.raises(ConfigError, match="not a folder"):
+        run_lab(tmp_path / "x", parse_only("3"), quick=True, data_root=str(tmp_path / "no"),
+                from_dirs=[], run_study=lambda argv: 0)  # fmt: skip
+    assert not (tmp_path / "x").exists()

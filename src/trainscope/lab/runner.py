@@ -89,6 +89,8 @@ def run_lab(
     """Measure every chapter in ``chapters`` (``run_study(argv)`` runs ``trainscope
     study ...``), keeping ``out/lab.json`` up to date after each."""
     t0 = time.perf_counter()
+    if data_root is not None and not Path(data_root).is_dir():
+        raise ConfigError(f"--data {data_root}: not a folder")
     record = _check_folder(out, quick, data_root)
     reuse = _reusable(from_dirs)
     out.mkdir(parents=True, exist_ok=True)
@@ -115,10 +117,9 @@ def _one_chapter(
         return ChapterState(c.number, "not built", reason="not measured by this version")
     if c.study in reuse:
         return ChapterState(c.number, "reused", str(reuse[c.study]), reason="--from")
-    if c.data is not None and data_root is None:
-        return ChapterState(
-            c.number, "needs data", reason=f"needs {c.data}/ under --data DIR (not given)"
-        )
+    if c.data is not None and (data_root is None or not (Path(data_root) / c.data).is_dir()):
+        where = "--data DIR (not given)" if data_root is None else f"--data {data_root}"
+        return ChapterState(c.number, "needs data", reason=f"needs {c.data}/ under {where}")
     folder = out / "studies" / f"{c.number:02d}-{c.slug}"
     argv = [*c.argv(quick, data_root, fit_dir), "--out", str(folder), "-q"]
     command = "trainscope " + " ".join(shlex.quote(a) for a in argv)
