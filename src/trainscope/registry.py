@@ -351,6 +351,19 @@ for _study in (
         sets={"runtime.checkpointing": "--policies"},
     ),
     StudyEntry(
+        "finetune",
+        "full fine-tuning vs LoRA adapters of a pretrained text-cls model (--pretrained): "
+        "trainable parameters, time per stage, gradients, optimizer states and activations, "
+        "dev accuracy after the same steps and at the same training time",
+        "trainscope.studies.finetune:plan",
+        "trainscope.reports.study_finetune:finetune_sections",
+        options="trainscope.studies.finetune:options_from_args",
+        flags=(Flag(("--lora-ranks",), {"default": "0,8", **_list(
+            "LoRA ranks to compare, 0 for full fine-tuning (default 0,8)")}),),
+        fresh_process=True,
+        sets={"workload.options.lora_r": "--lora-ranks"},
+    ),
+    StudyEntry(
         "parallelism",
         "replicate or split the model at one global batch: single, ddp, fsdp, pipeline "
         "(each schedule at each microbatch count), tp, and dp x pipeline / dp x tp on twice "

@@ -21,10 +21,27 @@ def test_every_chapter_of_the_issue_is_listed_and_only_picks_some() -> None:
 
 def test_a_chapter_that_needs_data_asks_for_it_by_its_folder() -> None:
     c = lab_chapters.chapter(3)
-    assert c.data == "tinyshakespeare"
-    assert c.argv(True, "/d/")[-2:] == ["--data-dir", "/d/tinyshakespeare"]
-    assert c.argv(True, None)[:2] == ["study", "checkpointing"]
-    assert "--data-dir" not in c.argv(True, None)
+    assert c.data == ("tinyshakespeare",)
+    argv = c.argv(True, "/d/")
+    assert argv[:2] == ["study", "checkpointing"]
+    assert argv[argv.index("--data-dir") + 1] == "/d/tinyshakespeare"
+    lora = lab_chapters.chapter(8).argv(False, "/d")
+    assert lora[:2] == ["study", "finetune"]
+    assert lora[lora.index("--pretrained") + 1] == "/d/minilm-l6"
+    assert lora[lora.index("--data-dir") + 1] == "/d/sst2"
+    assert lab_chapters.chapter(8).data == ("sst2", "minilm-l6")
+
+
+def test_every_chapter_is_measured_by_a_study_or_a_registered_maker() -> None:
+    from trainscope import registry
+    from trainscope.lab.makers import maker
+
+    for c in CHAPTERS:
+        assert (c.study is None) != (c.maker is None), c.number
+        if c.maker is not None:
+            assert callable(maker(c.maker).make) and callable(maker(c.maker).section)
+        elif c.command == ():
+            assert registry.report_builder(str(c.study)) is not None, c.number
 
 
 def test_the_collectives_fit_feeds_the_chapter_that_predicts_with_it() -> None:

@@ -8,10 +8,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
 
+from tests.reports.browser import browser_problems, find_chromium
+from tests.reports.latex import fit_problems
 from trainscope.cli import main
 from trainscope.errors import ConfigError
 from trainscope.lab import chapters as lab_chapters
@@ -44,15 +47,25 @@ def test_a_chapter_measured_end_to_end_and_its_numbers_come_from_its_records(
     assert main(["lab", "--quick", "--only", "3,5,7", "--out", str(out), "-q"]) == 0
     record = json.loads((out / "lab.json").read_text())
     states = record["chapters"]
-    assert states["5"]["status"] == "measured" and states["7"]["status"] == "not built"
-    assert states["3"]["status"] == "needs data"  # no --data: said, not measured
-    md = (out / "report" / "report.md").read_text()
-    html = (out / "report" / "report.html").read_text()
+    assert states["5"]["status"] == "measured"
+    assert states["3"]["status"] == states["7"]["status"] == "needs data"  # no --data
+    report = out / "report"
+    md = (report / "report.md").read_text()
+    html = (report / "report.html").read_text()
     assert "## 5. How many DataLoader workers?" in md and "### Short answer" in md
-    assert "not measured by this version of trainscope" in md  # chapter 7
-    assert "its data was not given" in md and "tinyshakespeare" in md  # chapter 3
+    assert "its data was not given" in md and "tinyshakespeare" in md  # chapters 3, 7
     assert "trainscope study loader" in md and "<img" in html
-    assert (out / "report" / "tables.tex").read_text().count("\\begin{table}") >= 1
+    assert (report / "tables.tex").read_text().count("\\begin{table}") >= 1
+    # The whole document as LaTeX, and as a PDF with nothing sticking out of its pages.
+    assert "How many DataLoader workers?" in (report / "report.tex").read_text()
+    if shutil.which("pdflatex"):
+        assert (report / "report.pdf").read_bytes().startswith(b"%PDF")
+        assert fit_problems((report / "report.log").read_text(errors="replace")) == []
+    # The HTML in a real browser: no broken image, no code block wider than the page.
+    if find_chromium() is not None:
+        shot = tmp_path / "lab.png"
+        assert browser_problems(report / "report.html", screenshot=shot, visible=["img"]) == []
+        assert shot.stat().st_size > 10_000
     # Every decimal number in the chapter's short answer is in the study's own report,
     # which is built from the run records alone (the chapter links their folder).
     short = md.split("### Short answer", 1)[1].split("### The measurement", 1)[0]

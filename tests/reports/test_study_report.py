@@ -58,7 +58,7 @@ EXPECTED_PLOTS = {
 EXPECTED_TABLES = {
     "loader": {"sweep", "per_iteration"},
     "profile": {"stages"},
-    "precision": {"precision"},
+    "precision": {"formats", "precision"},
 }
 
 

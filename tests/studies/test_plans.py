@@ -48,6 +48,7 @@ def test_every_kind_has_a_planner():
         "precision",
         "strategies",
         "checkpointing",
+        "finetune",
         "parallelism",
         "scaling",
     ]

@@ -54,9 +54,11 @@ def cmd_lab(args: argparse.Namespace) -> int:
 
     result = run_lab(Path(args.out), chapters, quick=args.quick, data_root=args.data,
                      from_dirs=args.from_dirs, run_study=args.run_command, say=say)  # fmt: skip
-    files = build_lab_document(result, chapters)
+    made = build_lab_document(result, chapters)
     for state in result.states:
         say(f"chapter {state.number}: {state.status}"
             + (f" ({state.reason})" if state.reason else ""))  # fmt: skip
-    print(terminal_text(f"lab written to {files[0].parent} in {result.seconds:.0f} s"))
+    for problem in made.problems:
+        print(terminal_text(f"trainscope lab: {problem}"), file=sys.stderr)
+    print(terminal_text(f"lab written to {made.files[0].parent} in {result.seconds:.0f} s"))
     return 1 if any(s.status == "failed" for s in result.states) else 0

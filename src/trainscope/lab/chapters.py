@@ -4,8 +4,9 @@ torch; the studies run it).
 
 A chapter names its study kind and the study's flags in two budgets: ``quick`` (small
 workloads, few repeats: the whole quick lab in minutes on 2 CPU cores) and ``full``.
-Chapters whose measurement is not built yet are listed with ``study=None``: the
-document says so, never a figure it did not measure.
+A chapter made of several commands names a maker (:mod:`trainscope.lab.makers`) instead.
+Chapters whose measurement is not built yet are listed with neither: the document says
+so, never a figure it did not measure.
 """
 
 from __future__ import annotations
@@ -24,14 +25,18 @@ class Chapter:
     title: str
     question: str
     study: str | None
-    """The study kind that measures it (``trainscope study KIND``); None: not built yet."""
+    """The study kind that measures it (``trainscope study KIND``); None: a maker's
+    chapter, or one not built yet."""
     quick: tuple[str, ...] = ()
     """The study's flags under ``--quick``."""
     full: tuple[str, ...] = ()
     """The study's flags otherwise."""
-    data: str | None = None
-    """The folder under ``--data`` its workload reads (``tinyshakespeare``); None: its
-    data ships with trainscope or is made by the run."""
+    data: tuple[str, ...] = ()
+    """The folders under ``--data`` it reads (``tinyshakespeare``); ``{data}`` in its
+    flags is ``--data``. None: its data ships with trainscope or is made by the run."""
+    maker: str | None = None
+    """A chapter made of several commands: its maker's key (:mod:`trainscope.lab.makers`)
+    instead of one study."""
     command: tuple[str, ...] = ()
     """The trainscope command that makes its study (default ``study KIND``)."""
     fit: bool = False
@@ -42,19 +47,21 @@ class Chapter:
     def argv(self, quick: bool, data_root: str | None, fit_dir: str | None = None) -> list[str]:
         """The command line (after ``trainscope``) that makes this chapter's study."""
         argv = list(self.command or ("study", str(self.study)))
-        argv += self.quick if quick else self.full
-        if self.data is not None and data_root is not None:
-            argv += ["--data-dir", f"{data_root.rstrip('/')}/{self.data}"]
+        root = (data_root or "").rstrip("/")
+        argv += [a.replace("{data}", root) for a in (self.quick if quick else self.full)]
         if self.fit and fit_dir is not None:
             argv += ["--cost-model", fit_dir]
         return argv
 
 
+_SHAKESPEARE = ("--data-dir", "{data}/tinyshakespeare")
+_MINILM = ("--data-dir", "{data}/sst2", "--pretrained", "{data}/minilm-l6", "--max-length",
+           "64")  # fmt: skip
+
 CHAPTERS: tuple[Chapter, ...] = (
     Chapter(1, "distribute", "Why distribute, and what it costs",
-            "What does a second process buy, what does it cost, and how far does it go?",
-            "scaling", quick=("--nproc", "1,2", "--repeats", "2"), full=("--repeats", "5"),
-            not_yet="a straggler planted on one rank, and what it costs every rank"),
+            "What does a second process buy, what does it cost, how far does it go, and what "
+            "does one slow rank cost all the others?", None, maker="distribute"),
     Chapter(2, "precision", "How mixed precision saves memory and time",
             "What do fp32, tf32, fp16 and bf16 cost per step and in memory, and do they "
             "train to the same loss?", "precision",
@@ -63,10 +70,11 @@ CHAPTERS: tuple[Chapter, ...] = (
     Chapter(3, "checkpointing", "Activation checkpointing",
             "How much activation memory does recomputation save, and what does it cost in "
             "time?", "checkpointing",
-            quick=("--repeats", "2", "--set", "train.max_steps_per_epoch=12"),
-            full=("--repeats", "3"), data="tinyshakespeare"),
+            quick=("--repeats", "2", "--set", "train.max_steps_per_epoch=12", *_SHAKESPEARE),
+            full=("--repeats", "3", *_SHAKESPEARE), data=("tinyshakespeare",)),
     Chapter(4, "dp-ddp", "DataParallel vs DistributedDataParallel",
-            "What changes in the code, and why is DataParallel slower?", None),
+            "What changes in the code from one process to DataParallel and to "
+            "DistributedDataParallel, and what does each cost per step?", None, maker="dp-ddp"),
     Chapter(5, "workers", "How many DataLoader workers?",
             "What does num_workers=0 mean, and where do more workers stop helping?",
             "loader",
@@ -74,11 +82,26 @@ CHAPTERS: tuple[Chapter, ...] = (
                    "--repeats", "2"),
             full=("--repeats", "3")),
     Chapter(6, "time", "Where a training run's time goes",
-            "Which stage of a step takes the time, and what to do about it?", None),
-    Chapter(7, "amp", "AMP vs fp32, end to end", "Same model, same steps: what changes?",
-            None),
+            "Which stage of a step takes the time, and what to do about it? (MNIST with "
+            "augmentation, one compute thread: a common first setting)", None,
+            data=("mnist",), maker="time"),
+    Chapter(7, "amp", "AMP vs fp32, end to end",
+            "Same model, data and steps in fp32 and under autocast: loss, final quality, "
+            "memory and time", "precision",
+            quick=("--precisions", "fp32,fp16,bf16", "--workload", "gpt-char", *_SHAKESPEARE,
+                   "--preset", "tiny", "--epochs", "2", "--max-steps-per-epoch", "40",
+                   "--repeats", "2"),
+            full=("--precisions", "fp32,fp16,bf16", "--workload", "gpt-char", *_SHAKESPEARE,
+                  "--epochs", "3", "--max-steps-per-epoch", "200", "--repeats", "3"),
+            data=("tinyshakespeare",)),
     Chapter(8, "lora", "LoRA vs full fine-tuning",
-            "What does training only low-rank adapters save, and what does it cost?", None),
+            "What does training only low-rank adapters of a pretrained MiniLM-L6 on SST-2 "
+            "save, and what does it cost?", "finetune",
+            quick=(*_MINILM, "--epochs", "2", "--max-steps-per-epoch", "8", "--warmup-steps",
+                   "4", "--repeats", "2", "--no-warmup"),
+            full=(*_MINILM, "--epochs", "4", "--max-steps-per-epoch", "40", "--warmup-steps",
+                  "16", "--repeats", "3"),
+            data=("sst2", "minilm-l6")),
     Chapter(9, "sync", "Synchronising gradients by hand",
             "Gather-scatter, all-reduce, buckets, DDP: which is fastest, and why?",
             "strategies",
@@ -90,9 +113,11 @@ CHAPTERS: tuple[Chapter, ...] = (
             quick=("--nproc", "2", "--sizes", "4K:256K", "--repeats", "3"),
             full=("--nproc", "2", "--sizes", "4K:16M"), command=("collectives",)),
     Chapter(11, "gpt2-memory", "Why a 1.5B GPT-2 needs about 32 GB to train",
-            "Where does training memory go, and what do ZeRO and checkpointing bring?", None),
+            "Where does training memory go, and what do ZeRO and checkpointing bring?", None,
+            data=("tinyshakespeare",), maker="gpt2-memory"),
     Chapter(12, "int8", "INT8 post-training quantization",
-            "What do size, accuracy and evaluation time become in int8?", None),
+            "What do size, accuracy and evaluation time become in int8?", None,
+            data=("mnist",), maker="int8"),
 )  # fmt: skip
 """Every chapter, in order."""
 

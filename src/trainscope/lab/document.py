@@ -10,15 +10,20 @@ or one whose data was not given, says so instead of showing anything.
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from trainscope import registry
+from trainscope.errors import TrainscopeError
 from trainscope.lab.chapters import Chapter
+from trainscope.lab.makers import maker
 from trainscope.lab.runner import ChapterState, LabResult
+from trainscope.lab.steps import read_commands
 from trainscope.records.study_dir import load_study
 from trainscope.reports.document import Document, Heading, escape_inline, inline_code
 from trainscope.reports.document import write_document as write_markdown_html
+from trainscope.reports.document_latex import write_latex_document
 from trainscope.reports.section import Section
 from trainscope.reports.study_report import study_header
 from trainscope.reports.tables import LATEX_NEEDS, Table
@@ -28,12 +33,13 @@ STATUS_TEXT = {
     "reused": "from an existing study (--from)",
     "not built": "not measured by this version of trainscope",
     "needs data": "not measured: its data was not given",
+    "unavailable": "not measured: this machine lacks what it needs",
     "failed": "its study failed",
 }
 
 
 def _contents(doc: Document, chapters: list[Chapter], states: dict[int, ChapterState]) -> None:
-    rows = [[str(c.number), escape_inline(c.title), STATUS_TEXT[states[c.number].status]]
+    rows = [[str(c.number), c.title, STATUS_TEXT[states[c.number].status]]
             for c in chapters]  # fmt: skip
     doc.table(Table(["Chapter", "Question", "State"], rows, "The chapters of this lab.",
                     "tab:lab-contents", "rll"))  # fmt: skip
@@ -59,7 +65,15 @@ def _chapter(doc: Document, c: Chapter, state: ChapterState, plots: Path) -> dic
         reason = f" ({escape_inline(state.reason)})" if state.reason else ""
         doc.note(f"This chapter is {STATUS_TEXT[state.status]}{reason}.")
         return {}
-    part, section, study = _study_blocks(state.study_dir, plots / f"{c.number:02d}-{c.slug}")
+    chapter_plots = plots / f"{c.number:02d}-{c.slug}"
+    if c.maker is not None:
+        part = Document("")
+        section = maker(c.maker).section(Path(state.study_dir), part, chapter_plots)
+        commands = read_commands(Path(state.study_dir)) or (state.command or "").splitlines()
+    else:
+        part, section, study = _study_blocks(state.study_dir, chapter_plots)
+        argv = study.meta.get("argv") or []
+        commands = [state.command or ("trainscope " + " ".join(str(a) for a in argv[1:]))]
     if c.not_yet:
         doc.note(f"Not measured by this version: {escape_inline(c.not_yet)}.")
     doc.heading("Short answer", 3)
@@ -70,46 +84,69 @@ def _chapter(doc: Document, c: Chapter, state: ChapterState, plots: Path) -> dic
     doc.heading("The measurement", 3)
     doc.blocks.extend(part.blocks)
     doc.heading("Reproduce", 3)
-    argv = study.meta.get("argv") or []
-    command = state.command or ("trainscope " + " ".join(str(a) for a in argv[1:]))
-    doc.code(command)
+    doc.code("\n".join(commands))
     doc.paragraph(
         f"Every figure in this chapter comes from the records in {inline_code(state.study_dir)}"
-        " (each run's `summary.json` and `metrics.jsonl` under `runs/`)."
+        " (each run's `summary.json` and `metrics.jsonl` under `runs/`, or the JSON answers "
+        "its commands wrote)."
     )
     return {f"{c.number}-{k}": t for k, t in section.tables.items()}
 
 
-def build_lab_document(result: LabResult, chapters: list[Chapter]) -> list[Path]:
-    """Write ``report/report.md``, ``report.html`` and ``tables.tex`` of a lab."""
+def build_lab_document(result: LabResult, chapters: list[Chapter]) -> LabDocument:
+    """Write ``report/report.md``, ``report.html``, ``report.tex``, ``tables.tex`` and,
+    where pdflatex is on PATH, ``report.pdf`` of a lab."""
     out = result.out / "report"
     plots = out / "plots"
     plots.mkdir(parents=True, exist_ok=True)
     states = {s.number: s for s in result.states}
     doc = Document("trainscope lab: efficient training, measured on this machine")
+    _title_page(doc, result)
+    _contents(doc, chapters, states)
+    tables: dict[str, Table] = {}
+    for c in chapters:
+        tables.update(_chapter(doc, c, states[c.number], plots))
+    made = LabDocument(write_markdown_html(doc, out))
+    tex = out / "tables.tex"
+    body = [t.to_latex() for t in tables.values() if t.rows]
+    tex.write_text("\n".join(["% Tables of a trainscope lab; generated, do not edit.",
+                              LATEX_NEEDS, "", *body]), encoding="utf-8")  # fmt: skip
+    made.files.append(tex)
+    try:
+        source, pdf = write_latex_document(doc, out, "report")
+    except TrainscopeError as e:  # the other formats stand; the PDF's failure is said
+        made.problems.append(f"no PDF: {e}")
+        made.files.append(out / "report.tex")
+        return made
+    made.files.append(source)
+    if pdf is None:
+        made.problems.append("no PDF: pdflatex is not on PATH (report.tex is the source)")
+    else:
+        made.files.append(pdf)
+    return made
+
+
+def _title_page(doc: Document, result: LabResult) -> None:
     budget = (
-        (
-            "**--quick**: small workloads and few repeats, so spreads are wide and "
-            "fewer differences clear the noise"
-        )
+        "**--quick**: small workloads and few repeats, so spreads are wide and fewer "
+        "differences clear the noise"
         if result.quick
         else "the full budget"
     )
     doc.paragraph(
         f"Built {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC with {budget}. Every "
         "number below was measured by the study its chapter names, on the machine its "
-        "chapter describes; a comparison is stated only where two spreads do not overlap."
+        "chapter describes, or is labelled as an estimate; a comparison is stated only where "
+        "two spreads do not overlap."
     )  # fmt: skip
-    _contents(doc, chapters, states)
-    tables: dict[str, Table] = {}
-    for c in chapters:
-        tables.update(_chapter(doc, c, states[c.number], plots))
-    files = write_markdown_html(doc, out)
-    tex = out / "tables.tex"
-    body = [t.to_latex() for t in tables.values() if t.rows]
-    tex.write_text("\n".join(["% Tables of a trainscope lab; generated, do not edit.",
-                              LATEX_NEEDS, "", *body]), encoding="utf-8")  # fmt: skip
-    return [*files, tex]
 
 
-__all__ = ["build_lab_document"]
+@dataclass
+class LabDocument:
+    """The files a lab's document was written to, and what could not be made."""
+
+    files: list[Path]
+    problems: list[str] = field(default_factory=list)
+
+
+__all__ = ["LabDocument", "build_lab_document"]

@@ -19,6 +19,8 @@ from typing import Any
 
 from trainscope.errors import ConfigError, TrainscopeError
 from trainscope.lab.chapters import Chapter
+from trainscope.lab.makers import maker
+from trainscope.lab.steps import MakeContext, record_commands
 from trainscope.records.jsonio import atomic_write_json, read_json_object
 from trainscope.records.study_dir import load_study
 
@@ -32,7 +34,7 @@ class ChapterState:
 
     number: int
     status: str
-    """measured | reused | not built | needs data | failed"""
+    """measured | reused | not built | needs data | unavailable | failed"""
     study_dir: str | None = None
     command: str | None = None
     reason: str | None = None
@@ -68,16 +70,17 @@ def _check_folder(out: Path, quick: bool, data_root: str | None) -> dict[str, An
     return {"kind": KIND, "quick": quick, "data": data_root, "chapters": {}}
 
 
-def _reusable(from_dirs: Sequence[str]) -> dict[str, Path]:
-    """``--from`` folders by their study kind (the first of each kind)."""
-    out: dict[str, Path] = {}
+def _reusable(from_dirs: Sequence[str]) -> dict[str, list[Path]]:
+    """``--from`` folders by their study kind, in the order given (two chapters measure
+    with ``precision``: the first such folder goes to the first of them)."""
+    out: dict[str, list[Path]] = {}
     for d in from_dirs:
         path = Path(d)
         try:
             kind = load_study(path).plan.kind
         except (TrainscopeError, OSError) as e:  # not a study: one line, naming it
             raise ConfigError(f"--from {d}: not a study folder ({e})") from None
-        out.setdefault(str(kind), path)
+        out.setdefault(str(kind), []).append(path)
     return out
 
 
@@ -110,17 +113,21 @@ def run_lab(
 
 
 def _one_chapter(
-    c: Chapter, out: Path, quick: bool, data_root: str | None, reuse: dict[str, Path],
+    c: Chapter, out: Path, quick: bool, data_root: str | None, reuse: dict[str, list[Path]],
     run_study: Callable[[list[str]], int], say: Callable[[str], None], fit_dir: str | None,
 ) -> ChapterState:  # fmt: skip
-    if c.study is None:
+    if c.study is None and c.maker is None:
         return ChapterState(c.number, "not built", reason="not measured by this version")
-    if c.study in reuse:
-        return ChapterState(c.number, "reused", str(reuse[c.study]), reason="--from")
-    if c.data is not None and (data_root is None or not (Path(data_root) / c.data).is_dir()):
+    if c.study is not None and reuse.get(c.study):
+        return ChapterState(c.number, "reused", str(reuse[c.study].pop(0)), reason="--from")
+    missing = [d for d in c.data if data_root is None or not (Path(data_root) / d).is_dir()]
+    if missing:
         where = "--data DIR (not given)" if data_root is None else f"--data {data_root}"
-        return ChapterState(c.number, "needs data", reason=f"needs {c.data}/ under {where}")
+        folders = ", ".join(f"{d}/" for d in missing)
+        return ChapterState(c.number, "needs data", reason=f"needs {folders} under {where}")
     folder = out / "studies" / f"{c.number:02d}-{c.slug}"
+    if c.maker is not None:
+        return _made_chapter(c, folder, quick, data_root, run_study, say)
     argv = [*c.argv(quick, data_root, fit_dir), "--out", str(folder), "-q"]
     command = "trainscope " + " ".join(shlex.quote(a) for a in argv)
     say(f"chapter {c.number}: {c.title}: {command}")
@@ -128,6 +135,27 @@ def _one_chapter(
     status = "measured" if code == 0 else "failed"
     reason = None if code == 0 else f"the study exited with status {code}"
     return ChapterState(c.number, status, str(folder), command, reason)
+
+
+def _made_chapter(
+    c: Chapter, folder: Path, quick: bool, data_root: str | None,
+    run_command: Callable[[list[str]], int], say: Callable[[str], None],
+) -> ChapterState:  # fmt: skip
+    """A maker's chapter: its commands, each skipped where its output is already there."""
+    m = maker(str(c.maker))
+    lacks = m.needs()
+    if lacks:
+        return ChapterState(c.number, "unavailable", reason=lacks)
+    say(f"chapter {c.number}: {c.title}")
+    folder.mkdir(parents=True, exist_ok=True)
+    ctx = MakeContext(folder, quick, data_root, run_command, say)
+    try:
+        m.make(ctx)
+    except TrainscopeError as e:
+        record_commands(folder, ctx.commands, "failed")
+        return ChapterState(c.number, "failed", str(folder), "\n".join(ctx.commands), str(e))
+    record_commands(folder, ctx.commands, "measured")
+    return ChapterState(c.number, "measured", str(folder), "\n".join(ctx.commands))
 
 
 __all__ = ["LAB_FILE", "ChapterState", "LabResult", "run_lab"]

@@ -29,8 +29,9 @@ from trainscope.reports.stats import (
 )
 from trainscope.reports.study_bars import Bars, BarTexts, bar_figure
 from trainscope.reports.study_plots import loss_curves_plot
+from trainscope.reports.study_system import system_figure
 from trainscope.reports.tables import Table, fmt_bytes, fmt_float, fmt_rate
-from trainscope.util.spread import Spread, spread
+from trainscope.util.spread import Spread, differ, spread
 
 # What the bar figures say (the bars themselves are in PrecisionRows).
 _TIME_BARS = BarTexts(
@@ -128,17 +129,44 @@ def _add_measured(data: PrecisionRows, name: str, recs: list[RunRecord]) -> None
     data.curves[name] = mean_curve([step_losses(r) for r in recs])
 
 
+# IEEE 754 and the vendors' definitions: (format, bytes, sign/exponent/mantissa bits,
+# largest finite value, what it is used for). Facts of the formats, not measurements.
+FORMATS = (
+    ("fp32", "4", "1 / 8 / 23", "3.4e38", "weights, gradients, optimizer states"),
+    ("tf32", "4 (stored as fp32)", "1 / 8 / 10", "3.4e38",
+     "inside Ampere+ GPU matmuls only; tensors stay fp32"),
+    ("fp16", "2", "1 / 5 / 10", "65504", "autocast on GPUs, with loss scaling"),
+    ("bf16", "2", "1 / 8 / 7", "3.4e38", "autocast on GPUs and recent CPUs, no scaling"),
+    ("int8", "1", "integer, with a scale", "127", "post-training quantized weights"),
+)  # fmt: skip
+
+
+def formats_table() -> Table:
+    """Bytes per element of each number format (the facts the measured rows rest on)."""
+    return Table(
+        ["Format", "Bytes per element", "Sign / exponent / mantissa bits", "Largest value",
+         "Where it is used"],
+        [list(r) for r in FORMATS],
+        "Bytes per element of each format: fp16 and bf16 halve what a tensor takes; the "
+        "exponent bits set the range (fp16 overflows past 65504, hence GradScaler), the "
+        "mantissa bits the precision.",
+        "tab:precision-formats", "lllll",
+    )  # fmt: skip
+
+
 def precision_sections(study: StudyRecord, doc: Document, plots: Path) -> Section:
-    """One row per precision (not-applicable ones say why), loss curves, time and memory."""
+    """The formats' bytes, then one row per precision (not-applicable ones say why), loss
+    curves, time and memory."""
     section = Section()
     doc.heading("Precision comparison", 2)
+    section.add_table(doc, "formats", formats_table())
     data = precision_rows(study)
     section.add_table(doc, "precision", _precision_table(data))
     if data.outliers:
         doc.note("Outlier repeats (> 3 scaled MADs from the median; kept in the figures):")
         doc.bullets([escape_inline(o) for o in data.outliers])
-    _precision_figures(data, doc, plots)
-    for text in _findings(data):
+    _precision_figures(study, data, doc, plots)
+    for text in _findings(data) + _why_slower(study, data):
         section.findings.append(text)
         doc.paragraph(escape_inline(text))  # names are labels from study.json: text
     not_applicable_list(study, doc, "device")
@@ -172,7 +200,7 @@ def _precision_table(data: PrecisionRows) -> Table:
     )
 
 
-def _precision_figures(data: PrecisionRows, doc: Document, plots: Path) -> None:
+def _precision_figures(study: StudyRecord, data: PrecisionRows, doc: Document, plots: Path) -> None:
     """Loss curves, training time and (where counted) saved activations by precision."""
     files = loss_curves_plot(
         data.curves,
@@ -182,6 +210,7 @@ def _precision_figures(data: PrecisionRows, doc: Document, plots: Path) -> None:
     if files:
         doc.figure(files[0], "Training-loss curves of every precision on one plot", None)
     bar_figure(doc, data.labels, data.time, plots / "precision_time.png", _TIME_BARS)
+    system_figure(study, doc, plots / "precision_system.png", "precision")
     if not data.memory_counted:
         doc.note(
             "These runs counted no memory (records from before the memory meter); the "
@@ -189,6 +218,32 @@ def _precision_figures(data: PrecisionRows, doc: Document, plots: Path) -> None:
         )
         return
     bar_figure(doc, data.labels, data.mem, plots / "precision_memory.png", _MEMORY_BARS)
+
+
+def _why_slower(study: StudyRecord, data: PrecisionRows) -> list[str]:
+    """Why a 16-bit precision trained slower than fp32 on a CPU, where the record says the
+    CPU has no native unit for it (env.json's ``cpu_low_precision_units``)."""
+    env = next((r.env for r in study.records.values() if r.env), {})
+    units = env.get("cpu_low_precision_units")
+    ref = data.stats.get("fp32")
+    if (
+        not isinstance(units, dict)
+        or ref is None
+        or not str(env.get("device", "")).startswith("cpu")
+    ):
+        return []
+    out = []
+    for name in ("bf16", "fp16"):
+        st = data.stats.get(name)
+        slower = st is not None and differ(st["train"], ref["train"])
+        if slower and st["train"].median > ref["train"].median and units.get(name) is False:
+            flags = f"avx512_{name}, amx_{name}"  # runtime.device.LOW_PRECISION_UNITS
+            out.append(
+                f"Why {name} is slower here: this CPU has no native {name} unit (none of "
+                f"{flags} among its flags), so autocast converts tensors to {name} and back "
+                "around each operation and the arithmetic itself runs no faster than fp32."
+            )
+    return out
 
 
 def _findings(data: PrecisionRows) -> list[str]:

@@ -194,7 +194,11 @@ _LATEX_SPECIALS = {
     "·": r"\ensuremath{\cdot}",
     "∞": r"\ensuremath{\infty}",
 }
-_LATEX_RE = re.compile("|".join(re.escape(k) for k in _LATEX_SPECIALS))
+# Pairs the fonts set as one glyph ("--" an en dash, "''" a closing quote, "!`" an
+# inverted "!"): the first of such a pair gets an empty group after it, so the text
+# prints as typed ("--flag" stays two hyphens).
+_LIGATURE_FIRST = r"[-,'`!?](?=[-,'`])"
+_LATEX_RE = re.compile("|".join([_LIGATURE_FIRST, *(re.escape(k) for k in _LATEX_SPECIALS)]))
 
 
 def latex_escape(text: Any) -> str:
@@ -205,7 +209,8 @@ def latex_escape(text: Any) -> str:
     control characters printable escapes first: a newline would end a ``%`` comment
     (and a blank line ends a paragraph, an error inside a table).
     """
-    return _LATEX_RE.sub(lambda m: _LATEX_SPECIALS[m.group(0)], one_line(text))
+    return _LATEX_RE.sub(lambda m: _LATEX_SPECIALS.get(m.group(0), m.group(0) + "{}"),
+                         one_line(text))  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------
