@@ -127,7 +127,8 @@ def test_a_lab_stopped_by_ctrl_c_keeps_what_it_finished_and_continues(tmp_path: 
     with pytest.raises(KeyboardInterrupt):
         run_lab(out, chapters, quick=True, data_root=None, from_dirs=[], run_study=interrupted)
     states = json.loads((out / "lab.json").read_text())["chapters"]
-    assert list(states) == ["2"] and states["2"]["status"] == "measured"
+    assert list(states) == ["2", "5"] and states["2"]["status"] == "measured"
+    assert states["5"]["status"] == "interrupted"
     asked.clear()
     result = run_lab(out, chapters, quick=True, data_root=None, from_dirs=[],
                      run_study=lambda argv: asked.append(argv) or 0)  # fmt: skip
@@ -152,3 +153,32 @@ def test_data_that_is_not_there_is_said_not_run(tmp_path: Path) -> None:
         run_lab(tmp_path / "x", parse_only("3"), quick=True, data_root=str(tmp_path / "no"),
                 from_dirs=[], run_study=lambda argv: 0)  # fmt: skip
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("code", [130, 143])
+def test_a_study_ended_by_ctrl_c_or_sigterm_stops_the_lab_and_says_so(
+    tmp_path: Path, code: int
+) -> None:
+    """trainscope's entry point turns Ctrl-C and SIGTERM into exit statuses 130 and 143:
+    the lab stops there too (never goes on to the next chapter) and lab.json says so;
+    a chapter made of commands (chapter 11) stops the same way."""
+    from trainscope.errors import Terminated
+    from trainscope.lab.runner import run_lab
+
+    asked: list[list[str]] = []
+
+    def stopped(argv: list[str]) -> int:
+        asked.append(argv)
+        return code
+
+    expected = KeyboardInterrupt if code == 130 else Terminated
+    data = tmp_path / "data"
+    (data / "tinyshakespeare").mkdir(parents=True)  # there: chapter 11's first command runs
+    for only, chapter in (("2,5", "2"), ("11,12", "11")):
+        out = tmp_path / f"lab-{only}"
+        with pytest.raises(expected):
+            run_lab(out, parse_only(only), quick=True, data_root=str(data), from_dirs=[],
+                    run_study=stopped)  # fmt: skip
+        states = json.loads((out / "lab.json").read_text())["chapters"]
+        assert list(states) == [chapter] and states[chapter]["status"] == "interrupted"
+    assert [a[:2] for a in asked] == [["study", "precision"], ["estimate-memory", "--arch"]]

@@ -20,7 +20,9 @@ from trainscope.records.study_dir import load_study
 from trainscope.reports.document import Document, Heading, escape_inline
 from trainscope.reports.quantize_section import quantize_section
 from trainscope.reports.section import Section
+from trainscope.reports.stats import compare_text
 from trainscope.reports.study_report import study_header
+from trainscope.util.spread import spread
 
 MNIST = "mnist"
 PROFILE = {True: ("60", "2"), False: ("200", "3")}
@@ -145,9 +147,19 @@ def make_int8(ctx: MakeContext) -> None:
 
 def int8_section(folder: Path, doc: Document, plots: Path) -> Section:
     """The quantize section of the run's report (fp32 against int8)."""
-    section = quantize_section(folder / "run", doc)
+    part = Document("")
+    section = quantize_section(folder / "run", part)
     if section is None:
         raise TrainscopeError(f"{folder / 'run'}: no quantize.json")
+    add_shifted(doc, part, 2)
+    data = read_json(folder / "run" / "quantize.json")
+    times = {k: spread(((data.get(k) or {}).get("eval_s") or {}).get("repeats") or [])
+             for k in ("fp32", "int8")}  # fmt: skip
+    if times["fp32"].ok and times["int8"].ok:
+        text = compare_text("int8", times["int8"], "fp32", times["fp32"], "evaluation time",
+                            unit=" s")  # fmt: skip
+        section.findings.append(text)
+        doc.paragraph(escape_inline(text))
     return section
 
 

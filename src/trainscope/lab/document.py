@@ -34,6 +34,7 @@ STATUS_TEXT = {
     "not built": "not measured by this version of trainscope",
     "needs data": "not measured: its data was not given",
     "unavailable": "not measured: this machine lacks what it needs",
+    "interrupted": "not finished: the lab was stopped while measuring it",
     "failed": "its study failed",
 }
 

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainscope.errors import ConfigError, TrainscopeError
+from trainscope.errors import ConfigError, Terminated, TrainscopeError
 from trainscope.lab.chapters import Chapter
 from trainscope.lab.makers import maker
-from trainscope.lab.steps import MakeContext, record_commands
+from trainscope.lab.steps import MakeContext, record_commands, stopped_by
 from trainscope.records.jsonio import atomic_write_json, read_json_object
 from trainscope.records.study_dir import load_study
 
@@ -34,7 +34,7 @@ class ChapterState:
 
     number: int
     status: str
-    """measured | reused | not built | needs data | unavailable | failed"""
+    """measured | reused | not built | needs data | unavailable | failed | interrupted"""
     study_dir: str | None = None
     command: str | None = None
     reason: str | None = None
@@ -101,7 +101,14 @@ def run_lab(
     # The collectives first: their α–β fit predicts the communication of later chapters.
     fit_dir: str | None = None
     for c in sorted(chapters, key=lambda c: (c.study != "collectives", c.number)):
-        state = _one_chapter(c, out, quick, data_root, reuse, run_study, say, fit_dir)
+        try:
+            state = _one_chapter(c, out, quick, data_root, reuse, run_study, say, fit_dir)
+        except (KeyboardInterrupt, Terminated):  # said in lab.json, then the lab stops
+            stopped = ChapterState(c.number, "interrupted", reason="stopped by Ctrl-C or a "
+                                   "signal: run the same command to continue")  # fmt: skip
+            record["chapters"][str(c.number)] = stopped.__dict__
+            atomic_write_json(out / LAB_FILE, record)
+            raise
         if c.study == "collectives" and state.status in ("measured", "reused"):
             fit_dir = state.study_dir
         record["chapters"][str(c.number)] = state.__dict__
@@ -132,6 +139,9 @@ def _one_chapter(
     command = "trainscope " + " ".join(shlex.quote(a) for a in argv)
     say(f"chapter {c.number}: {c.title}: {command}")
     code = run_study(argv)
+    stop = stopped_by(code)
+    if stop is not None:
+        raise stop
     status = "measured" if code == 0 else "failed"
     reason = None if code == 0 else f"the study exited with status {code}"
     return ChapterState(c.number, status, str(folder), command, reason)

@@ -13,17 +13,29 @@ import contextlib
 import io
 import json
 import shlex
+import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainscope.errors import TrainscopeError
+from trainscope.errors import Terminated, TrainscopeError
 from trainscope.records.jsonio import MAX_RECORD_JSON_BYTES, atomic_write_json, read_json_object
 from trainscope.reports.document import Document
 from trainscope.reports.section import Section
 
 STEPS_FILE = "chapter.json"
+
+
+def stopped_by(code: int) -> BaseException | None:
+    """What stopped a command that exited with ``code``: Ctrl-C (130) or an ending signal
+    (128 + SIGTERM, SIGHUP or SIGQUIT), to raise again so that the lab stops too; else
+    None. (trainscope's entry point turns both into an exit status.)"""
+    if code == 130:
+        return KeyboardInterrupt()
+    if code - 128 in (signal.SIGTERM, signal.SIGHUP, getattr(signal, "SIGQUIT", -1)):
+        return Terminated(code - 128)
+    return None
 
 
 @dataclass
@@ -52,6 +64,9 @@ class MakeContext:
         out = io.StringIO()
         with contextlib.redirect_stdout(out) if capture else contextlib.nullcontext():
             code = self.run_command(argv)
+        stop = stopped_by(code)
+        if stop is not None:
+            raise stop
         if code != 0:
             raise TrainscopeError(f"`{self.commands[-1]}` exited with status {code}")
         if capture is not None:
@@ -102,4 +117,4 @@ def read_json(path: Path) -> Any:
         raise TrainscopeError(f"{path}: not a JSON record ({str(e).splitlines()[0]})") from None
 
 
-__all__ = ["MakeContext", "Maker", "read_commands", "read_json", "record_commands"]
+__all__ = ["MakeContext", "Maker", "read_commands", "read_json", "record_commands", "stopped_by"]

@@ -479,6 +479,7 @@ def gpt_char(cfg: WorkloadConfig, cache_dir: Path) -> Workload:
             f"{gpt_cfg.n_layer} layers x {gpt_cfg.n_embd} wide, {gpt_cfg.n_head} heads, "
             f"context {t}, {n_params / 1e6:.2f}M parameters"
         ),
+        task="language-modelling",
         metrics_factory=LMMetrics,
         tokens_per_sample=t,
         flops_per_sample=per_token * t,
