@@ -70,6 +70,10 @@ def test_a_chapter_measured_end_to_end_and_its_numbers_come_from_its_records(
     # which is built from the run records alone (the chapter links their folder).
     short = md.split("### Short answer", 1)[1].split("### The measurement", 1)[0]
     study = Path(states["5"]["study_dir"])
+    # The chapter names each configuration's run folders: each is a run of the study.
+    records = md.split("Every figure in this chapter comes from", 1)[1].split("\n## ", 1)[0]
+    named = re.findall(r"`(runs/[^`]+)`", records)
+    assert named and all((study / p / "summary.json").is_file() for p in named)
     assert main(["report", str(study), "-q"]) == 0
     source = (study / "report" / "report.md").read_text()
     assert _numbers(short) and _numbers(short) <= _numbers(source)

@@ -88,10 +88,38 @@ def _chapter(doc: Document, c: Chapter, state: ChapterState, plots: Path) -> dic
     doc.code("\n".join(commands))
     doc.paragraph(
         f"Every figure in this chapter comes from the records in {inline_code(state.study_dir)}"
-        " (each run's `summary.json` and `metrics.jsonl` under `runs/`, or the JSON answers "
-        "its commands wrote)."
+        " (each run's `summary.json` and `metrics.jsonl`, or the JSON answers its commands "
+        "wrote):"
     )
+    doc.bullets(records_list(Path(state.study_dir)))
     return {f"{c.number}-{k}": t for k, t in section.tables.items()}
+
+
+def records_list(folder: Path) -> list[str]:
+    """Where each configuration's numbers come from: for every study in ``folder`` (the
+    chapter's own, or those its commands made), each configuration and its measured run
+    folders; and the JSON answers the chapter's commands wrote. Paths relative to
+    ``folder``, as inline code."""
+    studies = [folder] if (folder / "study.json").is_file() else sorted(
+        p.parent for p in folder.glob("*/study.json"))  # fmt: skip
+    items = []
+    for s in studies:
+        study = load_study(s)
+        for c in study.configs():
+            runs = [r.path for r in study.measured(c.config)] if c.applicable else []
+            where = ", ".join(inline_code(str(p.relative_to(folder))) for p in runs)
+            items.append(f"{escape_inline(c.config)}: {where or 'no measured run'}")
+    answers = sorted(p for p in folder.glob("*.json") if p.name not in ("study.json",))
+    answers += sorted(p for p in folder.glob("*/quantize.json"))
+    if answers:
+        items.append("answers: " + ", ".join(inline_code(str(p.relative_to(folder)))
+                                             for p in answers))  # fmt: skip
+    runs = sorted(p.parent for p in folder.glob("*/*/summary.json") if p.parent.parent.name
+                  not in ("runs",))  # fmt: skip
+    runs += sorted(p.parent for p in folder.glob("*/summary.json"))
+    if runs:
+        items.append("runs: " + ", ".join(inline_code(str(p.relative_to(folder))) for p in runs))
+    return items or [f"the folder {inline_code(str(folder))}"]
 
 
 def build_lab_document(result: LabResult, chapters: list[Chapter]) -> LabDocument:
