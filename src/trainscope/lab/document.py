@@ -14,18 +14,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainscope import registry
 from trainscope.errors import TrainscopeError
+from trainscope.lab.chapter_runs import study_part
 from trainscope.lab.chapters import Chapter
 from trainscope.lab.makers import maker
 from trainscope.lab.runner import ChapterState, LabResult
 from trainscope.lab.steps import read_commands
 from trainscope.records.study_dir import load_study
-from trainscope.reports.document import Document, Heading, escape_inline, inline_code
+from trainscope.reports.document import Document, escape_inline, inline_code
 from trainscope.reports.document import write_document as write_markdown_html
 from trainscope.reports.document_latex import write_latex_document
 from trainscope.reports.section import Section
-from trainscope.reports.study_report import study_header
 from trainscope.reports.tables import LATEX_NEEDS, Table
 
 STATUS_TEXT = {
@@ -49,14 +48,9 @@ def _contents(doc: Document, chapters: list[Chapter], states: dict[int, ChapterS
 def _study_blocks(folder: str, plots: Path) -> tuple[Document, Section, Any]:
     """The study's report blocks (its header, tables, figures), built apart so that its
     findings can lead the chapter; its headings one level down."""
-    study = load_study(folder)
     part = Document("")
-    study_header(study, part)
-    build = registry.report_builder(str(study.plan.kind))
-    section = build(study, part, plots) if build is not None else Section()
-    part.blocks = [Heading(b.text, min(6, b.level + 1)) if isinstance(b, Heading) else b
-                   for b in part.blocks]  # fmt: skip
-    return part, section, study
+    section = study_part(Path(folder), part, plots)
+    return part, section, load_study(folder)
 
 
 def _chapter(doc: Document, c: Chapter, state: ChapterState, plots: Path) -> dict[str, Table]:
