@@ -58,3 +58,21 @@ def test_importing_trainscope_imports_no_torch() -> None:
     code = "import sys, trainscope; trainscope.run; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.timeout(240)
+def test_a_run_submitted_through_a_submitit_executor(tmp_path) -> None:
+    """``executor=``: checked here (a bad setting raises before anything is submitted),
+    trained where the executor runs it (submitit's LocalExecutor: a process of its own),
+    its directory fixed before submission."""
+    submitit = pytest.importorskip("submitit")
+    executor = submitit.LocalExecutor(folder=str(tmp_path / "jobs"))
+    executor.update_parameters(timeout_min=5)
+    with pytest.raises(ConfigError):
+        trainscope.run(epochs=0, executor=executor)
+    assert not (tmp_path / "jobs").exists() or not any((tmp_path / "jobs").iterdir())
+    job = trainscope.run(workload="digits", epochs=1, max_steps_per_epoch=3, threads=1,
+                         out=str(tmp_path / "run"), quiet=True, executor=executor)  # fmt: skip
+    result = job.result()
+    assert result.status == "completed" and result.run_dir == tmp_path / "run"
+    assert (tmp_path / "run" / "summary.json").is_file()

@@ -52,6 +52,7 @@ HELP_MODULES = {
     "trainscope.cli.commands",
     "trainscope.cli.doctor",
     "trainscope.cli.lab",
+    "trainscope.cli.slurm",
     "trainscope.cli.flags",
     "trainscope.collectives",
     "trainscope.collectives.cli",

@@ -30,6 +30,7 @@ from trainscope.config import (
 )
 from trainscope.diagnosis import diagnose
 from trainscope.errors import ConfigError
+from trainscope.launch.cluster import adopt_scheduler
 from trainscope.launch.launcher import run_or_launch
 from trainscope.records.study_dir import is_study_dir
 from trainscope.reports.run_report import build_run_report
@@ -74,9 +75,15 @@ def run(
     set: dict[str, Any] | None = None,  # noqa: A002 (the CLI's --set)
     quiet: bool = False,
     progress: bool = False,
+    executor: Any = None,
     **settings: Any,
-) -> RunResult:
+) -> Any:
     """Train as ``trainscope run`` does and return the summary and the run directory.
+
+    With ``executor`` (a submitit executor, e.g. ``submitit.AutoExecutor(folder)``; the
+    ``cluster`` extra) the run is checked here and submitted: the return value is
+    submitit's job, whose ``result()`` is this function's :class:`RunResult` (one per
+    task: each SLURM task is a rank). Its run directory is fixed before it is submitted.
 
     ``quiet`` prints nothing; ``progress`` shows progress bars (off by default: a notebook
     cell keeps only the summary). With ``nproc`` > 1 the run is launched through torchrun
@@ -103,6 +110,11 @@ def run(
     cfg.runtime.progress = progress
     from trainscope.train.run import default_out
 
+    if executor is not None:  # checked here, trained where the executor runs it
+        out = cfg.out or str(default_out(cfg))
+        return executor.submit(run, config, set=set, quiet=quiet, progress=progress,
+                               **{**settings, "out": out})  # fmt: skip
+    cfg = adopt_scheduler(cfg)  # under srun or in a PyTorchJob pod: the scheduler's rank
     if cfg.out is None:  # every rank and this process must agree on the directory
         cfg.out = str(default_out(cfg))
     outcome = run_or_launch(

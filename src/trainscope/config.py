@@ -428,6 +428,11 @@ class DistConfig:
     max_restarts: int = 0
     """Times torchrun restarts every rank after one fails; the restarted ranks resume from
     the run's last complete checkpoint (from the start without one)."""
+    requeue: bool = False
+    """On a preemption signal (SLURM's pre-timeout SIGUSR1, SIGTERM) checkpoint, record
+    ``preempted`` and requeue the SLURM job (``scontrol requeue``); started again with the
+    same --out (the requeued job, a restarted pod), the run resumes from that checkpoint.
+    Under a scheduler the checkpoint and record come without it too."""
     bucket_mb: float | None = None
     """Gradient buckets of at most this many MiB. allreduce: flatten the gradients into
     such buckets and all-reduce each (None: one all_reduce per gradient tensor); ddp:

@@ -61,3 +61,27 @@ class Terminated(BaseException):
         except ValueError:
             self.signame = f"signal {signum}"
         super().__init__(f"terminated by {self.signame}")
+
+
+class Preempted(Terminated):
+    """A scheduler took the machine back (SLURM's pre-timeout signal, a preemption, a pod
+    eviction): every rank stopped at one agreed step after writing a checkpoint there.
+
+    A :class:`Terminated`, so that the command line exits with 128 + the signal number
+    (a code Kubernetes restarts a pod on); the run records ``preempted`` (or
+    ``cancelled``, when SLURM says the job was cancelled), not ``failed``.
+    """
+
+    def __init__(
+        self, signum: int, step: int, checkpoint: str | None, status: str = "preempted"
+    ) -> None:
+        super().__init__(signum)
+        self.step = step
+        self.checkpoint = checkpoint
+        self.status = status
+        """preempted | cancelled (as SLURM's controller told rank 0)."""
+
+    def __str__(self) -> str:
+        saved = (f"checkpoint {self.checkpoint} written" if self.checkpoint
+                 else "no checkpoint could be written")  # fmt: skip
+        return f"{self.status} by {self.signame} at step {self.step}: {saved}"

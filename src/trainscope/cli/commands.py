@@ -22,6 +22,7 @@ from trainscope import registry
 from trainscope.cli.doctor import add_parser as add_doctor_parser
 from trainscope.cli.flags import FLAG_GROUPS, RUN_FLAGS, flag_group, refuse_what_the_study_sets
 from trainscope.cli.lab import add_parser as add_lab_parser
+from trainscope.cli.slurm import add_parser as add_slurm_parser
 from trainscope.collectives import cli as collectives_cli
 from trainscope.config import deletion_only_from_command_line, resolve, safe_load_yaml, show
 from trainscope.data import mnist_split
@@ -69,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_run.add_argument("--quiet", "-q", action="store_true", help="print errors only")
 
     _add_study_parser(sub)
+    add_slurm_parser(sub, _add_run_flags, overrides_from_args)
 
     p_rep = sub.add_parser(
         "report",
@@ -218,11 +220,22 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """``trainscope run``."""
+    from trainscope.launch.cluster import adopt_scheduler, requeued_start
     from trainscope.launch.launcher import run_or_launch
     from trainscope.train.console import RunConsole
 
     overrides = overrides_from_args(args)
     config = args.config
+    if args.resume is None and overrides.get("dist.requeue"):
+        start = requeued_start(overrides.get("out"))
+        if start == "completed":  # a job requeued once more after its run finished
+            if not args.quiet:
+                print(f"the run in {overrides['out']} has completed: nothing left to do")
+            return 0
+        if start == "resume":
+            args.resume = overrides["out"]
+        elif start == "again":  # stopped before its first checkpoint: start it over
+            overrides["overwrite"] = True
     if args.resume is not None:
         config = _resume_config(args.resume, overrides, config)
     cfg = resolve(config, overrides)  # validated before any import of torch
@@ -230,6 +243,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_data(cfg.workload)  # the data folder too: before the run folder and torch
     if args.no_progress:
         cfg.runtime.progress = False
+    cfg = adopt_scheduler(cfg)  # under srun or in a PyTorchJob pod: the scheduler's rank
 
     console = RunConsole(enabled=not args.quiet, progress=cfg.runtime.progress)
     extra = ["--quiet"] * args.quiet + ["--no-progress"] * args.no_progress

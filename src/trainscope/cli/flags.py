@@ -217,6 +217,11 @@ RUN_FLAGS: dict[str, Flag] = {
         "dist.rdzv_endpoint", "HOST:PORT", "c10d rendezvous instead of master addr/port"
     ),
     "--backend": _value("dist.backend", "NAME", "auto | nccl | gloo"),
+    "--requeue": _switch(
+        "dist.requeue",
+        "on SLURM's pre-timeout signal or a preemption: checkpoint, requeue the job, and "
+        "resume when started again with the same --out",
+    ),
     "--scale-lr": _on_off("dist.scale_lr", "lr x world size (linear scaling)"),
     "--bucket-mb": _float(
         "dist.bucket_mb",

@@ -100,7 +100,15 @@ def _status_note(doc: Document, summary: dict[str, Any]) -> None:
     # A failed or unfinished run says so first, before any table that might look normal.
     status = summary.get("status")
     error = summary.get("error")
-    if status == "failed" or (error and status != "completed"):
+    if status in ("preempted", "cancelled"):  # stopped by its scheduler, checkpointed
+        said = {"preempted": "Run preempted", "cancelled": "Run cancelled"}[status]
+        doc.note(f"**{said}: {escape_inline(str(error or 'no message recorded'))}**")
+        requeue = (summary.get("preemption") or {}).get("requeue")
+        if isinstance(requeue, dict):
+            done = "the job was requeued" if requeue.get("requeued") else (
+                f"the job was not requeued ({requeue.get('why')})")  # fmt: skip
+            doc.note(escape_inline(done))
+    elif status == "failed" or (error and status != "completed"):
         text = str(error or "no error message recorded")
         first, *rest = text.splitlines() or [""]
         doc.note(f"**Run failed: {escape_inline(first)}**")

@@ -420,6 +420,27 @@ def _memory_rows(summary: dict[str, Any]) -> list[list[object]]:
     return rows
 
 
+SCHEDULER_NAMES = {"slurm": "SLURM", "pytorchjob": "PyTorchJob", "torchrun": "torchrun"}
+
+
+def _scheduler_rows(sched: Any) -> list[list[object]]:
+    """Who placed the ranks (SLURM, a PyTorchJob, torchrun), where the run has it."""
+    if not isinstance(sched, dict) or not sched.get("name"):
+        return []
+    name = str(sched["name"])
+    text = SCHEDULER_NAMES.get(name, name)
+    if sched.get("job_id"):
+        text += f" job {sched['job_id']}"
+    tasks, nnodes = sched.get("tasks"), sched.get("nnodes")
+    if _is_number(tasks) and _is_number(nnodes):
+        text += f": {int(tasks)} task(s) on {int(nnodes)} node(s)"
+    nodes = [str(n) for n in sched.get("nodes") or []]
+    if nodes:
+        more = f" and {int(nnodes) - 3} more" if _is_number(nnodes) and nnodes > 3 else ""
+        text += f" ({', '.join(nodes[:3])}{more})"
+    return [["Scheduler", _text(text)]]
+
+
 def overview_table(summary: dict[str, Any], env: dict[str, Any] | None = None) -> Table:
     """Key facts of one run as Field | Value rows; missing values show as an en dash.
 
@@ -486,6 +507,7 @@ def overview_table(summary: dict[str, Any], env: dict[str, Any] | None = None) -
     if _is_number(system.get("cpu_percent_mean")):
         rows.append(["CPU use (mean)", f"{system['cpu_percent_mean']:.0f}%"])
     rows += cpu_rows(summary)  # threads, other load, oversubscribed or not
+    rows += _scheduler_rows(summary.get("scheduler"))
     return Table(
         ["Field", "Value"],
         rows,

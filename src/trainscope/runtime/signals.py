@@ -129,3 +129,70 @@ def signals_deferred() -> Iterator[None]:
             signal.signal(s, old)
         for s in dict.fromkeys(held):  # each signal once, in the order they came
             signal.raise_signal(s)
+
+
+# A preemption asked for inside preemption_noted: the signal, until the run has agreed
+# on a step to stop at (train.preemption reads it at every log interval).
+_preempt: list[int] = []
+
+
+def preemption_signals() -> tuple[int, ...]:
+    """What a scheduler sends before it takes the machine back: SLURM's pre-timeout
+    signal (``--signal=USR1@90``) and SIGTERM (preemption, pod eviction, ``scancel``)."""
+    return tuple(getattr(signal, n) for n in ("SIGUSR1", "SIGTERM") if hasattr(signal, n))
+
+
+@contextlib.contextmanager
+def preemption_noted(signums: tuple[int, ...]) -> Iterator[None]:
+    """Within this block, the first of ``signums`` is only noted (:func:`preempt_signal`):
+    the run goes on to a step every rank agrees on, checkpoints there and stops. The same
+    signal again is noted too (a scheduler or a launcher may deliver it twice); another
+    one after it stops the run at once as :class:`Terminated` (SLURM's SIGTERM at the
+    time limit, after its SIGUSR1: its patience has run out). No-op outside the main
+    thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    raised: list[int] = []
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if not _preempt or signum == _preempt[0]:
+            _preempt.append(signum)
+            return
+        _fired.append(signum)  # for raise_if_stopped, should the exception be lost
+        raised.append(signum)
+        raise Terminated(signum)
+
+    previous = {s: signal.signal(s, handler) for s in signums}
+    _preempt.clear()
+    try:
+        yield
+    finally:
+        for s, old in previous.items():
+            signal.signal(s, old)
+        _preempt.clear()
+        for s in raised:  # this block's own: a process that goes on is not stopped again
+            if s in _fired:
+                _fired.remove(s)
+
+
+@contextlib.contextmanager
+def ignored(signums: tuple[int, ...]) -> Iterator[None]:
+    """Within this block, ``signums`` are ignored (a late pre-timeout signal while a run
+    writes its last record must not kill the process: SIGUSR1's default), then restored.
+    No-op outside the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.signal(s, signal.SIG_IGN) for s in signums}
+    try:
+        yield
+    finally:
+        for s, old in previous.items():
+            signal.signal(s, old)
+
+
+def preempt_signal() -> int:
+    """The preemption signal this process received inside :func:`preemption_noted`, 0
+    when none has come."""
+    return _preempt[0] if _preempt else 0

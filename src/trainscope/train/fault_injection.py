@@ -2,14 +2,16 @@
 resume and restarts (and for anyone checking their own recovery): a process that kills
 itself with SIGKILL at a chosen point, as a crash, the OOM killer or a lost node would.
 
-Set ``TRAINSCOPE_FAULT`` to ``step=K[,stage=S][,rank=R][,attempt=A]``: the process of rank
-``R`` (default: every rank) dies at step ``K`` (global, counted from 1), right after stage
-``S`` of it (``data_wait``, ``h2d``, ``forward``, ``backward``, ``comm``, ``optimizer``;
-default ``forward``), or with ``stage=checkpoint`` while writing the checkpoint of step
-``K``, after its first file, or with ``stage=weights`` while writing the final weights
-(after the run's last step ``K``), once the file is written and before it is in place.
-Only in attempt ``A`` (default 1), so the resumed or restarted run goes on. trainscope
-never sets it; nothing else reads it.
+Set ``TRAINSCOPE_FAULT`` to ``step=K[,stage=S][,rank=R][,attempt=A][,signal=SIG]``: the
+process of rank ``R`` (default: every rank) dies at step ``K`` (global, counted from 1),
+right after stage ``S`` of it (``data_wait``, ``h2d``, ``forward``, ``backward``,
+``comm``, ``optimizer``; default ``forward``), or with ``stage=checkpoint`` while
+writing the checkpoint of step ``K``, after its first file, or with ``stage=weights``
+while writing the final weights (after the run's last step ``K``), once the file is
+written and before it is in place. Only in attempt ``A`` (default 1), so the resumed or
+restarted run goes on. With ``signal=USR1`` (or ``TERM``, ...) the process sends itself
+that signal there instead of SIGKILL, as a scheduler about to preempt it would.
+trainscope never sets it; nothing else reads it.
 """
 
 from __future__ import annotations
@@ -34,11 +36,13 @@ class Fault:
 
     step: int
     stage: str = "forward"
+    signum: int = signal.SIGKILL
 
     def die_at(self, stage: str, step: int) -> None:
-        """SIGKILL this process if (stage, step) is the chosen point."""
+        """SIGKILL this process (or send it the fault's signal) if (stage, step) is the
+        chosen point."""
         if stage == self.stage and step == self.step:
-            os.kill(os.getpid(), signal.SIGKILL)
+            os.kill(os.getpid(), self.signum)
 
 
 def from_env(rank: int, attempt: int) -> Fault | None:
@@ -52,15 +56,16 @@ def from_env(rank: int, attempt: int) -> Fault | None:
         stage = fields.pop("stage", "forward")
         ranks = fields.pop("rank", None)
         when = int(fields.pop("attempt", "1"))
+        signum = signal.Signals["SIG" + fields.pop("signal", "KILL").upper()]
     except (KeyError, ValueError):
         raise ConfigError(
-            f"{ENV_VAR}={text!r}: expected step=K[,stage=S][,rank=R][,attempt=A]"
+            f"{ENV_VAR}={text!r}: expected step=K[,stage=S][,rank=R][,attempt=A][,signal=SIG]"
         ) from None
     if fields or stage not in STAGES:
         raise ConfigError(f"{ENV_VAR}={text!r}: unknown field or stage")
     if when != attempt or (ranks is not None and int(ranks) != rank):
         return None
-    return Fault(step, stage)
+    return Fault(step, stage, signum)
 
 
 class FaultTimer:

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from trainscope.data.loaders import BatchLoader
-from trainscope.errors import DivergedError
+from trainscope.errors import DivergedError, Preempted
 from trainscope.profiling.timer import StageTimer, device_sync
 from trainscope.runtime.signals import raise_if_stopped
 from trainscope.strategies.base import Strategy
@@ -249,6 +249,9 @@ class EpochOptions:
     """Asked after every step whether a checkpoint is due (and then writes it)."""
     resumed: EpochProgress | None = None
     """A resumed epoch's totals up to its checkpoint."""
+    stop_vote: Any = None
+    """Asked every ``log_every`` global steps (alike on every rank): the preemption
+    signal any rank received, or 0 (:class:`trainscope.train.preemption.StopVote`)."""
 
 
 def _start_epoch(loader: BatchLoader, epoch: int, skip: int) -> None:
@@ -341,6 +344,43 @@ class _PendingSteps:
         return records, diverged
 
 
+def _checkpoint_or_stop(
+    state: TrainState, opts: EpochOptions, pending: _PendingSteps, n_steps: int,
+    snapshot: Callable[[], EpochProgress],
+) -> None:  # fmt: skip
+    """After a step: the checkpoint, where one is due; then, every ``log_every`` global
+    steps (alike on every rank, whatever was flushed when) and mid-epoch, the preemption
+    vote (at an epoch's end the trainer asks, after the epoch's validation)."""
+    saved = False
+    if opts.checkpointer is not None and opts.checkpointer.due(state.step):
+        pending.flush(block=True)  # every step up to here is in the record before it
+        if state.epoch_step < n_steps:  # at the epoch's end the epoch's own row saves it
+            opts.checkpointer.save(state, snapshot())
+            saved = True
+    if opts.stop_vote is not None and state.step % opts.log_every == 0:
+        if state.epoch_step < n_steps:
+            _stop_if_voted(state, opts, pending, snapshot, saved)
+
+
+def _stop_if_voted(
+    state: TrainState, opts: EpochOptions, pending: _PendingSteps,
+    snapshot: Callable[[], EpochProgress], saved: bool,
+) -> None:  # fmt: skip
+    """Stop here, checkpointed, if any rank received a preemption signal (every rank asks
+    at the same step, and all stop together)."""
+    assert opts.stop_vote is not None
+    signum = opts.stop_vote()
+    if not signum:
+        return
+    pending.flush(block=True)  # every step up to here is in the record before it
+    where = None
+    if opts.checkpointer is not None:
+        if not saved:
+            opts.checkpointer.save(state, snapshot())
+        where = f"checkpoints/step-{state.step}"
+    raise Preempted(signum, state.step, where, opts.stop_vote.status(signum))
+
+
 def train_epoch(
     state: TrainState, loader: BatchLoader, timer: StageTimer, options: EpochOptions | None = None
 ) -> EpochResult:
@@ -384,10 +424,8 @@ def train_epoch(
         progress.samples += batch_size
         if len(pending) >= opts.log_every:
             pending.flush(block=True)
-        if opts.checkpointer is not None and opts.checkpointer.due(state.step):
-            pending.flush(block=True)  # every step up to here is in the record before it
-            if state.epoch_step < n_steps:  # at the epoch's end the epoch's own row saves it
-                opts.checkpointer.save(state, progress.snapshot(time.perf_counter() - t0))
+        _checkpoint_or_stop(state, opts, pending, n_steps,
+                            lambda: progress.snapshot(time.perf_counter() - t0))  # fmt: skip
     pending.flush(block=True)
     del batches  # shut non-persistent workers down inside the epoch's time
     device_sync(state.device)

@@ -48,6 +48,9 @@ class RunFacts:
     clock: dict[str, Any]
     process: dict[str, Any]
     """Start-up seconds; ``time_s``, this process's life, once the run has finished."""
+    scheduler: dict[str, Any] | None = None
+    """The scheduler that placed this rank (SLURM, a PyTorchJob, torchrun): its job id,
+    nodes and tasks; None when the run was started by hand."""
 
 
 @dataclass
@@ -194,6 +197,7 @@ class RunSummary:
         self.system: dict[str, Any] | None = None
         self.finished_at: str | None = None
         self.tracking: dict[str, Any] | None = None
+        self.preemption: dict[str, Any] | None = None
 
     def _put(self, section: str, **values: Any) -> None:
         with self._lock:
@@ -286,6 +290,15 @@ class RunSummary:
             if self.status != "failed":
                 self.error = message
             self.status = "failed"
+
+    def stop(self, status: str, message: str, preemption: dict[str, Any]) -> None:
+        """A scheduler stopped the run (``preempted`` or ``cancelled``) at a checkpoint:
+        the line that says so, and the ``preemption`` section (signal, step, checkpoint,
+        and later the requeue)."""
+        with self._lock:
+            if self.status != "failed":  # a stall verdict given first stands
+                self.status, self.error = status, message
+        self._put("preemption", preemption=dict(preemption))
 
     def end(self) -> None:
         """The time it ended and, for a resumed run, how this attempt ended."""

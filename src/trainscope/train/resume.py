@@ -61,6 +61,7 @@ MAY_CHANGE = (
     "dist.timeout_s",
     "dist.stall_timeout_s",
     "dist.max_restarts",
+    "dist.requeue",
     "dist.master_addr",
     "dist.master_port",
     "dist.rdzv_endpoint",
@@ -250,8 +251,8 @@ def how_it_ended(summaries: list[dict[str, Any] | None]) -> str:
     status = first.get("status")
     if status == "completed":
         text = "completed"
-    elif status == "failed":
-        text = f"failed: {first.get('error') or 'no reason recorded'}"
+    elif status in ("failed", "preempted", "cancelled"):
+        text = f"{status}: {first.get('error') or 'no reason recorded'}"
     else:
         text = "ended without finishing its record (killed: SIGKILL, out of memory, power)"
     dead = [str(r) for r, s in enumerate(summaries) if r and (s or {}).get("status") == "running"]

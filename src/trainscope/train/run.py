@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import os
 import re
+import signal
 import sys
 import time
 from datetime import datetime, timezone
@@ -17,7 +18,7 @@ import torch
 
 from trainscope import registry
 from trainscope.config import RunConfig
-from trainscope.errors import ConfigError, TrainscopeError
+from trainscope.errors import ConfigError, Preempted, TrainscopeError
 from trainscope.profiling.system import SystemSampler, clock_origin, process_start
 from trainscope.records import OwnedDir, RunWriter, launch_outcomes, prepare_run_dir, reopen_run_dir
 from trainscope.records.run_dir import output_root, try_summary
@@ -29,13 +30,19 @@ from trainscope.runtime.dist import (
     rank_device,
     under_torchrun,
 )
-from trainscope.runtime.signals import signals_deferred
+from trainscope.runtime.scheduler import scheduler_record
+from trainscope.runtime.signals import (
+    ignored,
+    preemption_noted,
+    preemption_signals,
+    signals_deferred,
+)
 from trainscope.runtime.threads import CpuMeter, apply_threads, plan_threads
 from trainscope.runtime.watchdog import Progress, StallWatchdog
 from trainscope.strategies import make_strategy, strategy_options
 from trainscope.techniques.precision import make_precision
 from trainscope.tracking import make_sinks
-from trainscope.train import failures, ranks
+from trainscope.train import failures, preemption, ranks
 from trainscope.train.console import RunConsole
 from trainscope.train.record import RunFacts, RunSummary, now_utc
 from trainscope.train.resume import earlier_attempts, how_it_ended, precheck
@@ -135,8 +142,14 @@ def _run(
     ctx = RunContext(cfg, device, info, t_start, precision, strategy, sinks, console)
     ctx.restarted = restarted
     ctx.cpu = cpu
+    late: tuple[int, ...] = ()
+    if preemption.armed(cfg):  # a scheduler's signal checkpoints and stops it
+        ctx.stop_vote = preemption.StopVote(info, device)
+        # Outside training (its last record), a pre-timeout signal must not kill it.
+        late = tuple(s for s in preemption_signals() if s != signal.SIGTERM)
     try:
-        return _record(ctx, owned)
+        with ignored(late):
+            return _record(ctx, owned)
     finally:
         owned.release()  # the lock goes with the last write, and with the process anyway
 
@@ -166,6 +179,8 @@ def _record(ctx: RunContext, owned: OwnedDir) -> dict[str, Any]:
         _close_record(ctx, writer, record)
         if sinks:
             _finish_sinks(ctx, record, owned, sink_files_before)
+        if record.status == "preempted" and cfg.dist.requeue and info.is_main:
+            _requeue(record)
     summary = record.to_dict()
     ctx.console.finish(summary, run_dir if info.is_main else None)
     return summary
@@ -190,6 +205,7 @@ def _open_record(ctx: RunContext, writer: RunWriter) -> RunSummary:
         rank=info.rank,
         clock=clock_origin(ctx.origin if ctx.origin is not None else ctx.t_start),
         process=process_start(ctx.t_start),
+        scheduler=scheduler_record(os.environ),
     )
     record = RunSummary(writer, facts)
     if cfg.resume:  # where it goes on from is filled in when the checkpoint loads
@@ -229,12 +245,20 @@ def _train(ctx: RunContext, writer: RunWriter, record: RunSummary) -> None:
         origin=ctx.origin,
     )
     watchdog = _stall_watchdog(cfg, ctx.info, record)
+    noted = (preemption_noted(preemption_signals()) if ctx.stop_vote is not None
+             else contextlib.nullcontext())  # fmt: skip
     try:
-        with sampler, watchdog:
+        with sampler, watchdog, noted:
             watch = getattr(watchdog, "progress", None)  # multi-process runs only
             Trainer(ctx, writer, record, watch).run()
         record.set_system(sampler.summary())
         record.complete()  # unless the stall watchdog has ended the run
+    except Preempted as e:
+        with signals_deferred():
+            record.stop(e.status, str(e), {"signal": e.signame, "step": e.step,
+                                           "checkpoint": e.checkpoint})  # fmt: skip
+            record.set_system(sampler.summary())
+        raise
     except BaseException as e:
         with signals_deferred():  # a second failure must not cut this record short
             explained = failures.explain(e, cfg, watchdog)  # the user's or machine's cause
@@ -258,6 +282,16 @@ def _close_record(ctx: RunContext, writer: RunWriter, record: RunSummary) -> Non
             record.set_tracking(ctx.sinks.describe())
         record.write()
         ctx.precision.close()
+
+
+def _requeue(record: RunSummary) -> None:
+    """Ask SLURM to run the job again (it resumes from the checkpoint just written); the
+    answer goes into the record first, as SLURM ends this job's processes next."""
+    with signals_deferred():
+        answer = preemption.requeue()
+        record.stop(record.status, str(record.error), {**(record.preemption or {}),
+                                                       "requeue": answer})  # fmt: skip
+        record.write()
 
 
 def _finish_sinks(

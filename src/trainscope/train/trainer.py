@@ -45,6 +45,7 @@ from trainscope.train.loop import (
     train_epoch,
     train_step,
 )
+from trainscope.train.preemption import stop_between_epochs
 from trainscope.train.progress import FIRST_LOSSES, RunProgress
 from trainscope.train.record import MemoryFigures, Results, RunSummary, SetupFacts, Throughput
 from trainscope.train.resume import data_fingerprint, resume_into
@@ -83,6 +84,9 @@ class RunContext:
     """Restarted by torchrun after a rank failed (resume from a checkpoint if any)."""
     cpu: Any = None
     """The run's :class:`~trainscope.runtime.threads.CpuMeter` (threads, cores, load)."""
+    stop_vote: Any = None
+    """A run a scheduler may preempt: its :class:`~trainscope.train.preemption.StopVote`,
+    asked at every log interval (None: a preemption signal ends the run at once)."""
 
     def __post_init__(self) -> None:
         if self.origin is None:
@@ -132,8 +136,11 @@ class Trainer:
                 self.validate(row)
             self.end_epoch(row)
             # After the epoch's row and validation: a resume from it starts the next epoch.
-            if self.checkpointer.due_at_epoch_end(self.state.step):
+            saved = self.checkpointer.due_at_epoch_end(self.state.step)
+            if saved:
                 self.checkpointer.save(self.state)
+            if self.ctx.stop_vote is not None and not last:  # a preemption: stop here
+                stop_between_epochs(self.ctx.stop_vote, self.checkpointer, self.state, saved)
         self.test()
         self.finish()
 
@@ -157,7 +164,7 @@ class Trainer:
         self.checkpointer = Checkpointer(
             cfg.train, self.writer, self.progress, self.run_facts, ctx.origin, self.fault
         )
-        if self.checkpointer.enabled or cfg.resume:
+        if self.checkpointer.enabled or cfg.resume or ctx.stop_vote is not None:
             self.fingerprint = data_fingerprint(workload.train_set)
         if cfg.resume:
             resume_into(self)  # last: the generators go on exactly from the checkpoint's states
@@ -355,6 +362,7 @@ class Trainer:
             origin=self.ctx.origin,
             checkpointer=self.checkpointer,
             resumed=self.progress.take_resumed_epoch(),
+            stop_vote=self.ctx.stop_vote,
         )
         res = train_epoch(self.state, self.train_loader, self.timer, options)
         self.progress.add_epoch(res)
