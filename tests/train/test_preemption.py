@@ -12,6 +12,7 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -121,36 +122,56 @@ def srun_env(rank: int, port: int) -> dict[str, str]:
     }  # fmt: skip
 
 
+def pod_env(rank: int, port: int) -> dict[str, str]:
+    """What Kubeflow's training operator gives the pod of ``rank``."""
+    return {"RANK": str(rank), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port), "PATH": os.environ["PATH"]}  # fmt: skip
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("sig", ["USR1", "TERM"])
-def test_one_signalled_rank_stops_every_rank_at_the_same_step(tmp_path: Path, sig: str) -> None:
-    """Two srun tasks (SLURM's variables, no SLURM: ``scontrol`` answers nothing), the
-    signal on rank 1 only: both ranks checkpoint step 8 and stop there."""
+@pytest.mark.parametrize(
+    ("placed", "sig", "resume"),
+    [(srun_env, "USR1", True), (srun_env, "TERM", False), (pod_env, "TERM", True)],
+    ids=["srun-usr1", "srun-term", "pod-eviction"],
+)
+def test_one_signalled_rank_stops_every_rank_at_the_same_step(
+    tmp_path: Path, placed: Any, sig: str, resume: bool
+) -> None:
+    """Two srun tasks (SLURM's variables, no SLURM: ``scontrol`` answers nothing) or two
+    PyTorchJob pods (started with --requeue, as examples/cluster's manifest does), the
+    signal on rank 1 only: both ranks checkpoint step 8 and stop there; started again,
+    the run ends as an uninterrupted one does."""
     run = tmp_path / "run"
-    args = [*SMALL, "--strategy", "ddp", "--out", str(run)]
+    pod = placed is pod_env
+    args = [*SMALL, "--strategy", "ddp", "--out", str(run), *(["--requeue"] * pod)]
     port = free_port()
     fault = {"TRAINSCOPE_FAULT": f"step=6,stage=forward,rank=1,signal={sig}"}
-    procs = [trainscope("run", *args, env={**srun_env(r, port), **fault}, cwd=tmp_path,
+    procs = [trainscope("run", *args, env={**placed(r, port), **fault}, cwd=tmp_path,
                         background=True) for r in (0, 1)]  # fmt: skip
     outs = [p.communicate(timeout=scaled(200))[0] for p in procs]  # type: ignore[union-attr]
     signum = signal.Signals["SIG" + sig]
-    assert [p.returncode for p in procs] == [128 + signum] * 2, outs
+    assert [p.returncode for p in procs] == [128 + signum] * 2, outs  # a pod restarts on it
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "preempted" and summary["preemption"]["step"] == 8
     assert summary["preemption"]["signal"] == f"SIG{sig}"
-    assert "requeue" not in summary["preemption"]  # not asked for
+    assert summary["scheduler"]["name"] == ("pytorchjob" if pod else "slurm")
+    if pod:  # --requeue outside SLURM: nothing to requeue, and the record says so
+        assert summary["preemption"]["requeue"]["requeued"] is False
+    else:
+        assert "requeue" not in summary["preemption"]  # not asked for
     rank1 = json.loads((run / "ranks" / "rank1" / "summary.json").read_text())
     assert rank1["status"] == "preempted" and rank1["preemption"]["step"] == 8
     assert (run / "checkpoints" / "step-8").is_dir()
     assert (run / "ranks" / "rank1" / "checkpoints" / "step-8").is_dir()
-    if sig == "TERM":
+    if not resume:
         return
-    # Both tasks started again with --requeue: the run ends as an uninterrupted one does.
+    # Both started again with --requeue (a requeued job, restarted pods): the run ends as
+    # an uninterrupted one does.
     ref = tmp_path / "ref"
     for out, extra in ((run, ["--requeue"]), (ref, [])):
         port = free_port()
         argv = [*SMALL, "--strategy", "ddp", "--out", str(out), *extra]
-        procs = [trainscope("run", *argv, env=srun_env(r, port), cwd=tmp_path,
+        procs = [trainscope("run", *argv, env=placed(r, port), cwd=tmp_path,
                             background=True) for r in (0, 1)]  # fmt: skip
         outs = [p.communicate(timeout=scaled(200))[0] for p in procs]  # type: ignore[union-attr]
         assert [p.returncode for p in procs] == [0, 0], outs
