@@ -40,7 +40,7 @@ SINK_NAMES = ("wandb", "tensorboard")
 """The experiment trackers a run may also log to (``tracking:`` in a config)."""
 BUILTIN_WORKLOADS = ("digits", "mnist", "synthetic", "gpt-char", "text-cls")
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
-OPTIMIZERS = ("sgd", "adam", "adamw")
+OPTIMIZERS = ("sgd", "adam", "adamw", "muon")
 OPTIMIZER_IMPLS = ("auto", "for-loop", "foreach", "fused")
 SCHEDULES = ("constant", "cosine", "linear", "one-cycle")
 TIMING_MODES = ("auto", "exact")
@@ -258,9 +258,12 @@ class TrainConfig:
     max_steps_per_epoch: int | None = None
     """Stop an epoch early after this many steps (quick experiments)."""
     optimizer: str = "sgd"
-    """sgd (with momentum) | adam | adamw."""
+    """sgd (with momentum) | adam | adamw | muon (torch.optim.Muon on the hidden 2-D weight
+    matrices, AdamW on embeddings, the head, biases and norms)."""
     lr: float = 0.05
-    """Learning rate."""
+    """Learning rate (muon: AdamW's, for what Muon does not train)."""
+    muon_lr: float = 0.02
+    """muon: Muon's learning rate for the hidden matrices (Keller Jordan's default)."""
     momentum: float = 0.9
     """SGD momentum."""
     weight_decay: float = 0.0
@@ -313,6 +316,7 @@ class TrainConfig:
         need_choice("optimizer", self.optimizer, OPTIMIZERS)
         need_choice("optimizer_impl", self.optimizer_impl, OPTIMIZER_IMPLS)
         need_number("lr", self.lr, low=0.0, low_open=True)
+        need_number("muon_lr", self.muon_lr, low=0.0, low_open=True)
         need_number("momentum", self.momentum, low=0.0)
         need_number("weight_decay", self.weight_decay, low=0.0)
         if self.betas is not None:
@@ -573,6 +577,11 @@ class RunConfig:
     def __post_init__(self) -> None:
         if self.resume and self.overwrite:
             raise ConfigError("--resume continues a run in place; it cannot --overwrite it")
+        if self.train.optimizer == "muon" and self.dist.strategy in ("fsdp", "tp", "pipeline"):
+            raise ConfigError(
+                f"--optimizer muon orthogonalises whole matrices of a whole model: not with "
+                f"--strategy {self.dist.strategy} (its parameters are shards or stages)"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-data form (every field; :meth:`saved_dict` is what config.yaml holds)."""

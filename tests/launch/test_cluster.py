@@ -126,3 +126,18 @@ def test_two_tasks_of_a_scheduler_train_as_one_ddp_job(tmp_path: Path, scheduler
         assert rows["Scheduler"] == "SLURM job 9001: 2 task(s) on 1 node(s) (localhost)"
     else:
         assert rows["Scheduler"] == "PyTorchJob: 2 task(s) on 2 node(s)"
+
+
+def test_a_hostile_scheduler_section_is_read_as_far_as_it_is_sound(tmp_path: Path) -> None:
+    from trainscope.records.run_dir import read_summary
+    from trainscope.reports.tables import overview_table
+
+    record = {"status": "completed", "error": None,
+              "scheduler": {"name": "slurm", "job_id": "<b>1</b>", "nodes": "n1", "tasks": -3,
+                            "nnodes": 10**9}}  # fmt: skip
+    (tmp_path / "summary.json").write_text(json.dumps(record))
+    summary, problems = read_summary(tmp_path / "summary.json")
+    assert summary["scheduler"] == {"name": "slurm", "job_id": "<b>1</b>"}
+    assert len(problems) == 3  # nodes, tasks, nnodes: each left out, each said
+    rows = {r[0]: r[1] for r in overview_table(summary).cells()}
+    assert rows["Scheduler"] == "SLURM job <b>1</b>"  # text; escaped where it is rendered

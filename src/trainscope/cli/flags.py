@@ -133,8 +133,16 @@ RUN_FLAGS: dict[str, Flag] = {
     "--drop-last": _on_off("data.drop_last"),
     "--epochs": _int("train.epochs", "N", "default 30"),
     "--max-steps-per-epoch": _int("train.max_steps_per_epoch", "N"),
-    "--optimizer": _value("train.optimizer", "NAME", "sgd | adam | adamw (default sgd)"),
-    "--lr": _float("train.lr", "LR", "learning rate (default 0.05)"),
+    "--optimizer": _value(
+        "train.optimizer",
+        "NAME",
+        "sgd | adam | adamw | muon (default sgd; muon: Muon on the "
+        "hidden matrices, AdamW on the rest)",
+    ),
+    "--lr": _float("train.lr", "LR", "learning rate (default 0.05; muon: AdamW's)"),
+    "--muon-lr": _float(
+        "train.muon_lr", "LR", "muon: Muon's learning rate (default 0.02, Keller Jordan's)"
+    ),
     "--momentum": _float("train.momentum", "M"),
     "--weight-decay": _float("train.weight_decay", "WD"),
     "--betas": _value(

@@ -126,6 +126,31 @@ CPU = _obj(
         "note": TEXT,
     }
 )
+# Who placed the ranks (runtime.scheduler.Placement.record).
+SCHEDULER_SECTION = _obj(
+    {
+        "name": TEXT,
+        "job_id": TEXT,
+        "nodes": TEXTS,
+        "nnodes": Int(1, MAX_WORLD, null=True),
+        "tasks": Int(1, MAX_WORLD, null=True),
+        "tasks_per_node": Int(1, MAX_WORLD, null=True),
+        "master_addr": TEXT,
+        "master_port": Int(1, 65535, null=True),
+    }
+)
+# How a scheduler stopped the run (train.preemption), and the requeue asked of SLURM.
+PREEMPTION = _obj(
+    {
+        "signal": TEXT,
+        "step": COUNT_OR_NULL,
+        "checkpoint": TEXT,
+        "requeue": _obj({"requeued": Bool(null=True), "command": TEXT, "why": TEXT}),
+    }
+)
+_SHARE = _obj({"tensors": COUNT_OR_NULL, "parameters": COUNT_OR_NULL, "lr": REAL})
+# Muon's and AdamW's shares of a muon run (train.optimizers.MuonWithAdamW.describe).
+OPTIMIZER_SHARES = _obj({"name": TEXT, "muon": _SHARE, "adamw": _SHARE})
 # What each rank of a multi-process run reports to rank 0 (train.ranks.rank_summary).
 RANK_ROW = Obj(
     {
@@ -222,6 +247,9 @@ SUMMARY = Obj(
             }
         ),
         "gradients": _obj({"tensor_bytes": ListOf(Int()), "unit_bytes": ListOf(Int())}),
+        "scheduler": SCHEDULER_SECTION,
+        "preemption": PREEMPTION,
+        "optimizer": OPTIMIZER_SHARES,
         "workload_info": _obj(
             {"trainable_parameters": COUNT_OR_NULL, "total_parameters": COUNT_OR_NULL}
         ),

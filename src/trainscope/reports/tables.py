@@ -441,6 +441,19 @@ def _scheduler_rows(sched: Any) -> list[list[object]]:
     return [["Scheduler", _text(text)]]
 
 
+def _optimizer_rows(opt: Any) -> list[list[object]]:
+    """Muon's and AdamW's shares of a muon run's parameters, where the run has them."""
+    if not isinstance(opt, dict) or opt.get("name") != "muon":
+        return []
+    parts = []
+    for key, label in (("muon", "Muon"), ("adamw", "AdamW")):
+        share = opt.get(key) if isinstance(opt.get(key), dict) else {}
+        parts.append(f"{label} on {fmt_int(share.get('tensors'))} tensors "
+                     f"({fmt_int(share.get('parameters'))} parameters, lr "
+                     f"{fmt_float(share.get('lr'))})")  # fmt: skip
+    return [["Optimizer", "; ".join(parts)]]
+
+
 def overview_table(summary: dict[str, Any], env: dict[str, Any] | None = None) -> Table:
     """Key facts of one run as Field | Value rows; missing values show as an en dash.
 
@@ -508,6 +521,7 @@ def overview_table(summary: dict[str, Any], env: dict[str, Any] | None = None) -
         rows.append(["CPU use (mean)", f"{system['cpu_percent_mean']:.0f}%"])
     rows += cpu_rows(summary)  # threads, other load, oversubscribed or not
     rows += _scheduler_rows(summary.get("scheduler"))
+    rows += _optimizer_rows(summary.get("optimizer"))
     return Table(
         ["Field", "Value"],
         rows,

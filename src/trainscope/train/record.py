@@ -70,6 +70,8 @@ class SetupFacts:
     parallel: dict[str, Any]
     gradients: dict[str, Any]
     """Per-tensor gradient bytes: what the strategies study's predictions start from."""
+    optimizer: dict[str, Any] | None = None
+    """Where the optimizer is two (muon: Muon's and AdamW's shares of the parameters)."""
 
 
 @dataclass

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from trainscope.config import TrainConfig
+from trainscope.train.optimizers import build_muon
 
 ONE_CYCLE_START = 1 / 25  # OneCycleLR's div_factor
 ONE_CYCLE_END = ONE_CYCLE_START / 1e4  # its final_div_factor
@@ -113,11 +114,13 @@ def build_optimizer(cfg: TrainConfig, model: torch.nn.Module) -> torch.optim.Opt
     """The optimizer a TrainConfig names, over ``model``'s parameters (weight decay on
     matrices only: see trainscope.train.schedule.param_groups), run as
     ``cfg.optimizer_impl`` says."""
-    groups = param_groups(model, cfg.weight_decay)
     impl = IMPL_FLAGS[cfg.optimizer_impl]
+    betas = tuple(cfg.betas) if cfg.betas else (0.9, 0.999)
+    if cfg.optimizer == "muon":
+        return build_muon(model, cfg.lr, cfg.muon_lr, betas, cfg.weight_decay, impl)
+    groups = param_groups(model, cfg.weight_decay)
     if cfg.optimizer == "sgd":
         return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum, **impl)
-    betas = tuple(cfg.betas) if cfg.betas else (0.9, 0.999)
     if cfg.optimizer == "adam":
         return torch.optim.Adam(groups, lr=cfg.lr, betas=betas, **impl)
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=betas, **impl)

@@ -239,6 +239,7 @@ class Trainer:
             lr=self.lr,
             parallel=strategy.describe(),
             gradients=grad_layout(workload.model),
+            optimizer=getattr(self.state.optimizer, "describe", lambda: None)(),
         )
 
     def _note(self, text: str) -> None:

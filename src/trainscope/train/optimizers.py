@@ -1,0 +1,123 @@
+"""Muon for a model's hidden matrices and AdamW for the rest, as one optimizer.
+
+The speedruns (modded-nanogpt, Keller Jordan's Muon) train the hidden 2-D weight matrices
+with Muon, which orthogonalises each matrix's momentum update (Newton-Schulz iterations),
+and everything else with AdamW: embeddings, the output head, biases and norms. Muon is
+``torch.optim.Muon``, which takes 2-D parameters only. :class:`MuonWithAdamW` holds one
+``torch.optim.Muon`` and one ``torch.optim.AdamW`` and shows their groups as its own. An
+lr schedule therefore moves both, each from its own learning rate, and a checkpoint saves
+and restores both as one optimizer's state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from trainscope.errors import ConfigError
+
+MUON_MOMENTUM = 0.95
+"""torch.optim.Muon's default, and Keller Jordan's (Nesterov, 5 Newton-Schulz steps)."""
+
+
+def muon_split(model: torch.nn.Module) -> tuple[list[str], list[str]]:
+    """The names of the trainable parameters Muon trains (the 2-D weights of the model's
+    ``nn.Linear`` layers, except the last one, its head, and any weight an embedding
+    shares) and of those AdamW trains (all the rest), in ``named_parameters`` order."""
+    embedded = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    hidden = {id(m.weight) for m in linears[:-1] if m.weight.dim() == 2} - embedded
+    muon, rest = [], []
+    for name, p in model.named_parameters():  # each shared tensor once
+        if p.requires_grad:
+            (muon if id(p) in hidden else rest).append(name)
+    return muon, rest
+
+
+class MuonWithAdamW(torch.optim.Optimizer):
+    """Muon over ``muon_params``, AdamW over ``adamw_groups``: one optimizer whose groups
+    are the two's (Muon's first), sharing one state."""
+
+    def __init__(
+        self, muon_params: list[torch.nn.Parameter], adamw_groups: list[dict[str, Any]], *,
+        muon_lr: float, lr: float, betas: tuple[float, float], weight_decay: float,
+        adamw_flags: dict[str, bool] | None = None,
+    ) -> None:  # fmt: skip
+        self.muon = torch.optim.Muon(
+            muon_params, lr=muon_lr, momentum=MUON_MOMENTUM, weight_decay=weight_decay
+        )
+        self.adamw = torch.optim.AdamW(adamw_groups, lr=lr, betas=betas, **(adamw_flags or {}))
+        for g in self.muon.param_groups:
+            g["optimizer"] = "muon"
+        for g in self.adamw.param_groups:
+            g["optimizer"] = "adamw"
+        # The same group dicts: a schedule that sets a group's lr sets the inner one's.
+        super().__init__([*self.muon.param_groups, *self.adamw.param_groups], {})
+        self._link()
+
+    def _link(self) -> None:
+        """Point the inner optimizers at this one's groups and state."""
+        n = len(self.muon.param_groups)
+        self.muon.param_groups, self.adamw.param_groups = (
+            self.param_groups[:n], self.param_groups[n:])  # fmt: skip
+        self.muon.state = self.adamw.state = self.state
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
+        """One step of each."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self.muon.step()
+        self.adamw.step()
+        return loss
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """As ``torch.optim.Optimizer`` loads it, then the inner optimizers linked again
+        (loading replaces the groups and the state)."""
+        super().load_state_dict(state_dict)
+        self._link()
+
+    def describe(self) -> dict[str, Any]:
+        """What goes to the run record: the two optimizers' shares of the parameters."""
+
+        def count(groups: list[dict[str, Any]]) -> dict[str, int]:
+            params = [p for g in groups for p in g["params"]]
+            return {"tensors": len(params), "parameters": sum(p.numel() for p in params)}
+
+        def lr(groups: list[dict[str, Any]]) -> float | None:  # before any schedule moved it
+            return groups[0].get("initial_lr", groups[0]["lr"]) if groups else None
+
+        muon, adamw = self.muon.param_groups, self.adamw.param_groups
+        return {"name": "muon", "muon": {**count(muon), "lr": lr(muon)},
+                "adamw": {**count(adamw), "lr": lr(adamw)}}  # fmt: skip
+
+
+def build_muon(
+    model: torch.nn.Module, lr: float, muon_lr: float, betas: tuple[float, float],
+    weight_decay: float, adamw_flags: dict[str, bool],
+) -> MuonWithAdamW:  # fmt: skip
+    """Muon for the hidden matrices, AdamW (decay on matrices only) for the rest; a model
+    without a hidden matrix is one clear error."""
+    muon_names, rest_names = muon_split(model)
+    if not muon_names:
+        raise ConfigError(
+            "--optimizer muon: this model has no hidden 2-D weight matrix for Muon (only "
+            "its head, embeddings, convolutions or vectors): use adamw"
+        )
+    named = dict(model.named_parameters())
+    rest = [named[n] for n in rest_names]
+    decay = [p for p in rest if p.dim() >= 2]
+    groups = [{"params": decay, "weight_decay": weight_decay}] if decay else []
+    groups += [{"params": [p for p in rest if p.dim() < 2], "weight_decay": 0.0}]
+    groups = [g for g in groups if g["params"]]
+    return MuonWithAdamW(
+        [named[n] for n in muon_names], groups, muon_lr=muon_lr, lr=lr, betas=betas,
+        weight_decay=weight_decay, adamw_flags=adamw_flags,
+    )  # fmt: skip
+
+
+__all__ = ["MUON_MOMENTUM", "MuonWithAdamW", "build_muon", "muon_split"]

@@ -1,0 +1,116 @@
+"""``--optimizer muon``: which tensors Muon trains (the hidden 2-D matrices; embeddings,
+the head, convolutions, biases and norms go to AdamW), one optimizer to the schedule and
+the checkpoint, a resume bit-exact, the record and report saying so, and the refusals."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from tests.conftest import scaled
+from trainscope.config import from_dict
+from trainscope.errors import ConfigError
+from trainscope.train.optimizers import MuonWithAdamW, build_muon, muon_split
+from trainscope.train.schedule import make_scheduler
+from trainscope.workloads.gpt import GPT, GPTConfig
+from trainscope.workloads.lenet import LeNet5
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def test_muon_trains_the_hidden_matrices_and_adamw_the_rest() -> None:
+    muon, rest = muon_split(LeNet5())
+    assert muon == ["blocks.2.1.weight", "blocks.2.3.weight"]  # fc1, fc2; fc3 is the head
+    assert "blocks.2.5.weight" in rest and "blocks.0.0.weight" in rest  # head, a conv
+    gpt = GPT(GPTConfig(vocab_size=65, block_size=16, n_layer=2, n_head=2, n_embd=32))
+    muon, rest = muon_split(gpt)
+    assert muon and all(n.startswith("blocks.") and n.endswith(".weight") for n in muon)
+    assert {"tok_emb.weight", "pos_emb.weight", "ln_f.weight"} <= set(rest)
+    assert "head.weight" not in muon + rest  # tied to tok_emb: listed once, as AdamW's
+    assert all(gpt.get_parameter(n).dim() == 2 for n in muon)
+
+
+def test_one_optimizer_to_the_schedule_and_the_checkpoint() -> None:
+    torch.manual_seed(0)
+    model = LeNet5()
+    opt = build_muon(model, lr=1e-3, muon_lr=0.02, betas=(0.9, 0.95), weight_decay=0.1,
+                     adamw_flags={})  # fmt: skip
+    assert isinstance(opt, MuonWithAdamW) and isinstance(opt, torch.optim.Optimizer)
+    cfg = from_dict({"train": {"schedule": "cosine", "warmup_steps": 2}}).train
+    sched = make_scheduler(opt, cfg, total_steps=10)
+    x, y = torch.randn(4, 1, 28, 28), torch.tensor([1, 2, 3, 4])
+
+    def step() -> None:
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        sched.step()
+
+    for _ in range(3):
+        step()
+    lrs = [g["lr"] for g in opt.param_groups]
+    assert lrs[0] == opt.muon.param_groups[0]["lr"] and lrs[-1] == opt.adamw.param_groups[-1]["lr"]
+    assert lrs[0] / 0.02 == pytest.approx(lrs[-1] / 1e-3)  # one schedule, each from its lr
+    # Copies, as a checkpoint file is: a state_dict holds the live state tensors.
+    saved, saved_sched = copy.deepcopy(opt.state_dict()), copy.deepcopy(sched.state_dict())
+    weights = {k: v.clone() for k, v in model.state_dict().items()}
+    rng = torch.get_rng_state()  # LeNet's dropout draws from it
+    step()
+    after = {k: v.clone() for k, v in model.state_dict().items()}
+    # Restored as a resume restores them (optimizer, then schedule), the next step is the
+    # same step, bit for bit.
+    model.load_state_dict(weights)
+    torch.set_rng_state(rng)
+    opt = build_muon(model, lr=1e-3, muon_lr=0.02, betas=(0.9, 0.95), weight_decay=0.1,
+                     adamw_flags={})  # fmt: skip
+    sched = make_scheduler(opt, cfg, total_steps=10)
+    opt.load_state_dict(saved)
+    sched.load_state_dict(saved_sched)
+    assert opt.muon.state is opt.state and opt.muon.param_groups[0] is opt.param_groups[0]
+    step()
+    assert all(torch.equal(model.state_dict()[k], after[k]) for k in after)
+
+
+def test_refused_where_it_cannot_apply() -> None:
+    with pytest.raises(ConfigError, match="no hidden 2-D weight matrix"):
+        build_muon(torch.nn.Sequential(torch.nn.Linear(4, 2)), 1e-3, 0.02, (0.9, 0.999), 0.0, {})
+    with pytest.raises(ConfigError, match="not with --strategy fsdp"):
+        from_dict({"train": {"optimizer": "muon"}, "dist": {"strategy": "fsdp", "nproc": 2}})
+
+
+def trainscope(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    script = Path(sys.executable).parent / "trainscope"
+    argv = [str(script)] if script.exists() else [sys.executable, "-m", "trainscope.cli"]
+    return subprocess.run([*argv, *args], capture_output=True, text=True, timeout=scaled(200),
+                          env={**os.environ, **(env or {})})  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_muon_run_resumes_bit_exact_and_says_what_trained_what(tmp_path: Path) -> None:
+    args = ["--optimizer", "muon", "--lr", "0.003", "--muon-lr", "0.02", "--epochs", "2",
+            "--max-steps-per-epoch", "12", "--checkpoint-every", "5", "--schedule", "cosine",
+            "--threads", "1", "-q", "--no-progress"]  # fmt: skip
+    ref, run = tmp_path / "ref", tmp_path / "run"
+    assert trainscope("run", *args, "--out", str(ref)).returncode == 0
+    killed = trainscope("run", *args, "--out", str(run),
+                        env={"TRAINSCOPE_FAULT": "step=13,stage=forward"})  # fmt: skip
+    assert killed.returncode != 0
+    done = trainscope("run", "--resume", str(run), "-q", "--no-progress")
+    assert done.returncode == 0, done.stderr
+    a, b = load_file(str(run / "model.safetensors")), load_file(str(ref / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in b)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["optimizer"]["muon"] == {"tensors": 2, "parameters": 17760, "lr": 0.02}
+    assert summary["optimizer"]["adamw"]["lr"] == 0.003
+    from trainscope.reports.tables import overview_table
+
+    rows = {r[0]: r[1] for r in overview_table(summary).cells()}
+    assert rows["Optimizer"].startswith("Muon on 2 tensors (17,760 parameters, lr 0.0200)")
