@@ -78,6 +78,11 @@ def test_another_optimizer_drops_the_settings_tuned_for_the_recipes_own() -> Non
     assert train["schedule"] == "linear" and data["batch_size"] == 32  # the rest stays
     train, _ = _train("gpt-char", train={"optimizer": "adam", "lr": 2e-3})
     assert train["lr"] == 2e-3 and train["betas"] is None and train["weight_decay"] == 0.0
+    # muon over an AdamW recipe keeps it: AdamW trains everything Muon does not.
+    train, _ = _train("gpt-char", train={"optimizer": "muon"})
+    assert (train["lr"], train["betas"], train["weight_decay"]) == (1e-3, [0.9, 0.99], 0.1)
+    train, _ = _train("digits", train={"optimizer": "muon"})
+    assert train["lr"] == generic["lr"] and train["momentum"] == generic["momentum"]
 
 
 def test_a_saved_config_replays_unchanged() -> None:

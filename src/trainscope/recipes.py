@@ -9,7 +9,8 @@ nobody gave, so a saved ``config.yaml`` (every setting written out) replays unch
 
 The learning rate, betas, momentum and weight decay are tuned for the recipe's
 optimizer: when the user names another optimizer, those four fall back to the generic
-defaults rather than, say, SGD running at AdamW's lr of 5e-5.
+defaults rather than, say, SGD running at AdamW's lr of 5e-5. muon over an AdamW recipe keeps
+them: its AdamW trains everything Muon does not.
 """
 
 from __future__ import annotations
@@ -147,7 +148,9 @@ def apply_recipe(data: dict[str, Any], default_workload: str) -> dict[str, Any]:
             continue
         values = dict(values)
         own = values.get("optimizer")
-        if section == "train" and given.get("optimizer", own) != own:
+        named = given.get("optimizer", own)
+        # muon keeps an AdamW recipe's settings: AdamW trains everything Muon does not.
+        if section == "train" and named != own and (named, own) != ("muon", "adamw"):
             for key in OPTIMIZER_TIED:
                 values.pop(key, None)
         out[section] = {**values, **given}
