@@ -18,6 +18,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from types import FrameType
+from typing import Any
 
 from trainscope.errors import Terminated
 
@@ -163,13 +164,11 @@ def preemption_noted(signums: tuple[int, ...]) -> Iterator[None]:
         raised.append(signum)
         raise Terminated(signum)
 
-    previous = {s: signal.signal(s, handler) for s in signums}
     _preempt.clear()
     try:
-        yield
+        with _installed(dict.fromkeys(signums, handler)):
+            yield
     finally:
-        for s, old in previous.items():
-            signal.signal(s, old)
         _preempt.clear()
         for s in raised:  # this block's own: a process that goes on is not stopped again
             if s in _fired:
@@ -184,7 +183,14 @@ def ignored(signums: tuple[int, ...]) -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {s: signal.signal(s, signal.SIG_IGN) for s in signums}
+    with _installed(dict.fromkeys(signums, signal.SIG_IGN)):
+        yield
+
+
+@contextlib.contextmanager
+def _installed(handlers: dict[int, Any]) -> Iterator[None]:
+    """``handlers`` in place within this block, the previous ones restored after."""
+    previous = {s: signal.signal(s, h) for s, h in handlers.items()}
     try:
         yield
     finally:
