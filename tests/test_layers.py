@@ -84,6 +84,7 @@ HELP_MODULES = {
     "trainscope.util.numfmt",
     "trainscope.util.safe_yaml",
     "trainscope.util.textsafe",
+    "trainscope.util.target",  # config checks --target's form
     "trainscope.version",
     "trainscope.workloads",
 }

@@ -35,6 +35,7 @@ from trainscope.util.safe_yaml import (  # noqa: F401  (load_yaml, safe_load_yam
     load_yaml,
     safe_load_yaml,
 )
+from trainscope.util.target import parse_target
 
 SINK_NAMES = ("wandb", "tensorboard")
 """The experiment trackers a run may also log to (``tracking:`` in a config)."""
@@ -288,6 +289,16 @@ class TrainConfig:
     """Seed for model initialisation and any randomness outside the shuffle."""
     eval_every: int = 1
     """Evaluate on the validation set every N epochs (and always after the last)."""
+    eval_every_steps: int = 0
+    """Also evaluate every N optimizer steps, inside epochs, on the same fixed validation
+    windows (0: at epoch ends only). Recorded as ``eval`` lines; kept out of training time."""
+    target: str | None = None
+    """Stop at the first evaluation that meets it: ``val_loss<=1.88``,
+    ``test_accuracy>=0.98`` (any figure of the val or test split's evaluation). The record's
+    ``target`` section says when, in training time and in process time."""
+    time_limit_s: float = 0.0
+    """Stop once training (setup, compilation and evaluation excluded) has taken this many
+    seconds (0: no limit). A target not met by then is recorded as not reached."""
     log_every: int = 10
     """Resolve timings and losses, write metrics lines, every N steps."""
     data_only: bool = False
@@ -337,6 +348,15 @@ class TrainConfig:
         need_number("grad_clip", self.grad_clip, low=0.0)
         need_seed("seed", self.seed)
         need_positive("eval_every", self.eval_every)
+        need_integer("eval_every_steps", self.eval_every_steps)
+        need_number("eval_every_steps", self.eval_every_steps, low=0, high=10**12)
+        if self.target is not None:
+            parse_target(self.target)
+        need_number("time_limit_s", self.time_limit_s, low=0.0, high=10.0**9)
+        if self.data_only and (self.target is not None or self.eval_every_steps):
+            raise ConfigError(
+                "data_only trains no model: --target and --eval-every-steps do not apply"
+            )
         need_positive("log_every", self.log_every)
 
 

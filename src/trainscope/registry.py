@@ -177,6 +177,9 @@ class StudyEntry:
     replaces: tuple[str, ...] = ()
     """Run flags its own flags take the place of (``study scaling --nproc 1,2,4``: a
     list where ``run --nproc`` takes one number)."""
+    adaptive: str | None = None
+    """``"module:function"``: ``more(plan, study_dir) -> runs`` for a study that plans
+    later runs from earlier ones' results (a search); None: every run planned up front."""
 
 
 _STUDIES: dict[str, StudyEntry] = {}
@@ -415,6 +418,33 @@ for _study in (
     ),
 ):  # fmt: skip
     register_study(_study)
+
+register_study(
+    StudyEntry(
+        "time-to-target",
+        "which recipe meets --target (e.g. val_loss<=1.88) soonest: a search (--recipes "
+        "FILE, or optimizer, lr, batch, schedule length, warm-up and shape one at a time "
+        "within --search-budget), then the finalists on new seeds: time to target "
+        "(training and process time) with median, spread and n, and the winning command",
+        "trainscope.studies.time_to_target:plan",
+        "trainscope.reports.study_time_to_target:time_to_target_sections",
+        options="trainscope.studies.time_to_target:options_from_args",
+        flags=(
+            Flag(("--recipes",), {"metavar": "FILE", "help": (
+                "a YAML list of candidate recipes, each {name: NAME, flags: '--lr 0.002 ...'} "
+                "or {name: NAME, set: {KEY: VALUE}} (default: the built-in search)")}),
+            Flag(("--finalists",), {"type": int, "default": 2, "metavar": "K", "help": (
+                "the K best candidates of the search repeated on --repeats new seeds, "
+                "besides the starting recipe (default 2)")}),
+            Flag(("--search-budget",), {"type": float, "default": 1800.0, "metavar": "S",
+                                        "help": "seconds the built-in search may take "
+                                        "(default 1800; each candidate may take the whole "
+                                        "--time-limit)"}),
+        ),
+        fresh_process=True,
+        adaptive="trainscope.studies.time_to_target:more",
+    )
+)  # fmt: skip
 
 _RECORD_ONLY["collectives"] = "trainscope.reports.study_collectives:collectives_sections"
 _RECORD_ONLY["doctor"] = "trainscope.reports.study_doctor:doctor_sections"

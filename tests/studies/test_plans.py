@@ -51,6 +51,7 @@ def test_every_kind_has_a_planner():
         "finetune",
         "parallelism",
         "scaling",
+        "time-to-target",
     ]
     for entry in STUDIES.values():  # every planner and report builder can be found
         assert callable(load(entry.planner)) and callable(load(entry.report))

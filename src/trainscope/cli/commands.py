@@ -10,6 +10,7 @@ import argparse
 import logging
 import os
 import re
+import shlex
 import sys
 import warnings
 from collections.abc import Sequence
@@ -362,7 +363,13 @@ def cmd_study(args: argparse.Namespace) -> int:
         import functools
 
         run_fn = functools.partial(run_any, fresh_process=True)
-    result = execute(plan, out, overwrite=args.overwrite, say=say, run_fn=run_fn)
+    if entry.adaptive is not None:  # a search: later runs follow from earlier results
+        from trainscope.studies.base import execute_adaptive
+
+        more = registry.load(entry.adaptive)
+        result = execute_adaptive(plan, out, more, overwrite=args.overwrite, say=say, run_fn=run_fn)
+    else:
+        result = execute(plan, out, overwrite=args.overwrite, say=say, run_fn=run_fn)
     say(
         f"study {args.study}: {len(result.executed)} run(s) executed, "
         f"{len(result.skipped)} kept from before, {len(result.failed)} failed -> {out}"
@@ -383,6 +390,9 @@ def _plan_study(args: argparse.Namespace, entry: registry.StudyEntry) -> Any:
     refuse_what_the_study_sets(args.study, overrides)
     options: dict[str, Any] = {"repeats": positive("repeats", args.repeats), "warmup": args.warmup}
     notes: list[str] = []
+    # A study that reads run flags from a file of its own (time-to-target's recipes)
+    # parses them with the run command's own flags.
+    args.parse_run_flags = _run_flags_parser(args.study)
     if entry.options is not None:  # it may move overrides it reads itself (--nproc)
         own, notes = registry.load(entry.options)(args, overrides)
         options.update(own)
@@ -395,6 +405,21 @@ def _plan_study(args: argparse.Namespace, entry: registry.StudyEntry) -> Any:
     from trainscope.runtime.device import resolve_device
 
     return registry.load(entry.planner)(base, resolve_device(cfg.runtime.device), **options)
+
+
+def _run_flags_parser(where: str) -> Any:
+    """``"--lr 0.002 --batch-size 128"`` -> the dotted overrides those run flags mean."""
+
+    def parse(text: str) -> dict[str, Any]:
+        parser = _Parser(prog=f"trainscope study {where} --recipes", add_help=False)
+        _add_run_flags(parser)
+        try:
+            words = shlex.split(text)
+        except ValueError as e:
+            raise ConfigError(f"recipe flags {show(text)}: {e}") from None
+        return overrides_from_args(parser.parse_args(words))
+
+    return parse
 
 
 def _print_plan(plan: Any) -> None:

@@ -166,6 +166,20 @@ RUN_FLAGS: dict[str, Flag] = {
     "--grad-clip": _float("train.grad_clip", "NORM", "clip the gradients' global norm (0: off)"),
     "--seed": _int("train.seed", "N", "model/initialisation seed"),
     "--eval-every": _int("train.eval_every", "N", "validate every N epochs"),
+    "--eval-every-steps": _int(
+        "train.eval_every_steps",
+        "N",
+        "also evaluate every N steps inside epochs (same fixed validation windows)",
+    ),
+    "--target": _value(
+        "train.target",
+        "METRIC<=X",
+        "stop at the first evaluation that meets it, e.g. val_loss<=1.88 or "
+        "test_accuracy>=0.98; the record says when (training and process time)",
+    ),
+    "--time-limit": _float(
+        "train.time_limit_s", "S", "stop after S seconds of training (0: no limit)"
+    ),
     "--data-only": _switch("train.data_only", "iterate the training batches only (no model)"),
     "--log-every": _int("train.log_every", "N", "read timings and losses every N steps"),
     "--device": _value("runtime.device", "DEV", "auto | cpu | cuda | cuda:N"),

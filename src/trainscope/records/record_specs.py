@@ -149,6 +149,28 @@ PREEMPTION = _obj(
     }
 )
 _SHARE = _obj({"tensors": COUNT_OR_NULL, "parameters": COUNT_OR_NULL, "lr": REAL})
+# The stop rule (train.target): the target, how the run ended, when the target was met.
+TARGET_SECTION = _obj(
+    {
+        "target": TEXT,
+        "metric": TEXT,
+        "op": TEXT,
+        "threshold": REAL,
+        "eval_every_steps": COUNT_OR_NULL,
+        "time_limit_s": SECONDS,
+        "evaluations": COUNT_OR_NULL,
+        "stopped_by": TEXT,
+        "reached": Bool(null=True),
+        "step": COUNT_OR_NULL,
+        "epoch": COUNT_OR_NULL,
+        "value": REAL,
+        "train_time_s": SECONDS,
+        "run_time_s": SECONDS,
+        "process_time_s": SECONDS,
+        "process_time_note": TEXT,
+        "best": _obj({"value": REAL, "step": COUNT_OR_NULL, "train_time_s": SECONDS}),
+    }
+)
 # Muon's and AdamW's shares of a muon run (train.optimizers.MuonWithAdamW.describe).
 OPTIMIZER_SHARES = _obj({"name": TEXT, "muon": _SHARE, "adamw": _SHARE})
 # What each rank of a multi-process run reports to rank 0 (train.ranks.rank_summary).
@@ -250,6 +272,7 @@ SUMMARY = Obj(
         "scheduler": SCHEDULER_SECTION,
         "preemption": PREEMPTION,
         "optimizer": OPTIMIZER_SHARES,
+        "target": TARGET_SECTION,
         "workload_info": _obj(
             {"trainable_parameters": COUNT_OR_NULL, "total_parameters": COUNT_OR_NULL}
         ),
@@ -373,6 +396,7 @@ EPOCH_PROGRESS = _obj(
         "elapsed_s": Num(0.0, MAX_SECONDS),
         "loader_start_s": Num(0.0, MAX_SECONDS),
         "t_start": CLOCK,
+        "paused_s": Num(0.0, MAX_SECONDS),
     }
 )
 # A Precision's state (trainscope.techniques.precision: skipped steps, fp16's GradScaler) and an
@@ -415,6 +439,14 @@ RUN_STATE = _obj(
         "epochs": ListOf(EPOCH_ROW, null=True),
         "first_losses": ListOf(REAL, null=True),
         "epoch_progress": EPOCH_PROGRESS,
+        "stop_rule": _obj(
+            {
+                "evaluations": COUNT,
+                "best_value": REAL,
+                "best_step": COUNT_OR_NULL,
+                "best_train_time_s": SECONDS,
+            }
+        ),
         "wall_s": SECONDS,
     }
 )

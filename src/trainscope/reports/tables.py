@@ -454,6 +454,40 @@ def _optimizer_rows(opt: Any) -> list[list[object]]:
     return [["Optimizer", "; ".join(parts)]]
 
 
+def _target_rows(target: Any) -> list[list[object]]:
+    """The stop rule's outcome: when the target was met (training and process time), or
+    that it was not and the best figure reached; a time limit that ended the run."""
+    if not isinstance(target, dict):
+        return []
+    text = _text(target.get("target"))
+    best = target.get("best") if isinstance(target.get("best"), dict) else {}
+    if target.get("reached") is True:
+        proc = target.get("process_time_s")
+        since = (
+            f", {fmt_seconds(proc)} s since the process started" if _is_number(proc)
+            else " (process time: not this run's own)"
+        )  # fmt: skip
+        value = (f"{text} met at step {fmt_int(target.get('step'))} "
+                 f"({fmt_float(target.get('value'))}) after "
+                 f"{fmt_seconds(target.get('train_time_s'))} s of training{since}")  # fmt: skip
+    elif target.get("reached") is False:
+        why = (
+            "within the time limit of " + fmt_seconds(target.get("time_limit_s")) + " s"
+            if target.get("stopped_by") == "time_limit"
+            else "by the end of training"
+        )
+        value = (f"{text} not met {why}: best {fmt_float(best.get('value'))} at step "
+                 f"{fmt_int(best.get('step'))}")  # fmt: skip
+    elif target.get("stopped_by") == "time_limit":
+        return [["Time limit", f"reached: {fmt_seconds(target.get('time_limit_s'))} s of training"]]
+    else:
+        return []
+    every = target.get("eval_every_steps")
+    if _is_number(every):
+        value += f"; evaluated every {fmt_int(every)} steps"
+    return [["Target", value]]
+
+
 def overview_table(summary: dict[str, Any], env: dict[str, Any] | None = None) -> Table:
     """Key facts of one run as Field | Value rows; missing values show as an en dash.
 
@@ -522,6 +556,7 @@ def overview_table(summary: dict[str, Any], env: dict[str, Any] | None = None) -
     rows += cpu_rows(summary)  # threads, other load, oversubscribed or not
     rows += _scheduler_rows(summary.get("scheduler"))
     rows += _optimizer_rows(summary.get("optimizer"))
+    rows += _target_rows(summary.get("target"))
     return Table(
         ["Field", "Value"],
         rows,

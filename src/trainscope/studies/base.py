@@ -65,9 +65,11 @@ def _completed(run_dir: Path) -> bool:
     return summary is not None and summary.get("status") == "completed"
 
 
-def _same_plan(existing: dict[str, Any], plan: StudyPlan) -> bool:
+def _same_plan(existing: dict[str, Any], plan: StudyPlan, runs: bool = True) -> bool:
+    """The same study (an adaptive one's runs grow as it learns: not compared)."""
     new = plan.to_dict()
-    return all(existing.get(k) == new[k] for k in ("kind", "options", "base_config", "runs"))
+    keys = ("kind", "options", "base_config", *(("runs",) if runs else ()))
+    return all(existing.get(k) == new[k] for k in keys)
 
 
 Say = Callable[[str], None]
@@ -122,6 +124,51 @@ class _Session:
         )
 
 
+More = Callable[[StudyPlan, Path], list[PlannedRun]]
+"""An adaptive study's next runs, from the plan so far and the records in its directory
+(an empty list: the study is done)."""
+
+
+def execute_adaptive(
+    plan: StudyPlan,
+    study_dir: str | Path,
+    more: More,
+    *,
+    overwrite: bool = False,
+    say: Say | None = None,
+    run_fn: Callable[..., dict[str, Any]] | None = None,
+) -> StudyResult:
+    """:func:`execute` for a study whose later runs depend on what earlier ones measured
+    (a search): once the planned runs are done, ``more`` adds the next ones, until it
+    returns none. study.json lists the runs planned so far. Rerunning the same command
+    replays the same decisions from the kept records, so it resumes like any study."""
+    say = say or (lambda text: print(terminal_text(text), file=sys.stderr))
+    study_dir = Path(study_dir)
+    existing = claim_dir(study_dir, "study", existing="clear" if overwrite else "keep")
+    with existing:
+        return _execute(plan, existing, overwrite=overwrite, say=say, run_fn=run_fn, more=more)
+
+
+def _extend(session: _Session, owned: OwnedDir, more: More, overwrite: bool) -> bool:
+    """Add an adaptive study's next runs to the session (and study.json); False: none."""
+    new = more(session.plan, session.study_dir)
+    if not new:
+        return False
+    ids = {r.id for r in session.plan.runs}
+    if any(r.id in ids for r in new) or len({r.id for r in new}) != len(new):
+        raise AssertionError("an adaptive study planned a run twice")  # a planner's bug
+    owned.record(dirs=sorted({"runs", *(r.rel_dir for r in new),
+                              *(str(Path(r.rel_dir).parent) for r in new)}))  # fmt: skip
+    session.plan.runs.extend(new)
+    fresh = [r for r in new if r.applicable]
+    session.todo.extend(fresh)
+    session.done_before |= {
+        r.id for r in fresh if not overwrite and _completed(session.study_dir / r.rel_dir)
+    }
+    session.write("running")
+    return True
+
+
 def _execute(
     plan: StudyPlan,
     owned: OwnedDir,
@@ -129,12 +176,19 @@ def _execute(
     overwrite: bool,
     say: Say,
     run_fn: Callable[..., dict[str, Any]] | None,
+    more: More | None = None,
 ) -> StudyResult:
     """:func:`execute` in the claimed (locked, marked) study directory."""
-    session = _start(plan, owned, overwrite=overwrite, say=say, run_fn=run_fn)
+    session = _start(plan, owned, overwrite=overwrite, say=say, run_fn=run_fn,
+                     adaptive=more is not None)  # fmt: skip
     try:
-        for i, planned in enumerate(session.todo, 1):
-            _run_planned(session, i, planned)
+        i = 0
+        while True:
+            while i < len(session.todo):
+                i += 1
+                _run_planned(session, i, session.todo[i - 1])
+            if more is None or not _extend(session, owned, more, overwrite):
+                break
     except (KeyboardInterrupt, Terminated) as e:
         status = "interrupted" if isinstance(e, KeyboardInterrupt) else f"stopped ({e})"
         done = sum(_completed(session.study_dir / r.rel_dir) for r in session.todo)
@@ -154,12 +208,13 @@ def _start(
     overwrite: bool,
     say: Say,
     run_fn: Callable[..., dict[str, Any]] | None,
+    adaptive: bool = False,
 ) -> _Session:
     """Check and mark the study directory, write study.json as running, and say what is
     about to run."""
     study_dir = owned.path
     if is_study_dir(study_dir) and not overwrite:
-        if not _same_plan(read_study_file(study_dir), plan):
+        if not _same_plan(read_study_file(study_dir), plan, runs=not adaptive):
             raise TrainscopeError(
                 f"{study_dir} holds a different study (other kind, options or config); "
                 "pass --overwrite to replace it or choose another --out"

@@ -220,6 +220,7 @@ def data_step(
 
 
 StepLog = Callable[[list[dict[str, Any]]], None]
+BetweenSteps = Callable[["TrainState", Callable[[], None], float], tuple[bool, float]]
 StepFn = Callable[
     [TrainState, Iterator[tuple[torch.Tensor, torch.Tensor]], StageTimer],
     tuple["torch.Tensor | None", int],
@@ -252,6 +253,11 @@ class EpochOptions:
     stop_vote: Any = None
     """Asked every ``log_every`` global steps (alike on every rank): the preemption
     signal any rank received, or 0 (:class:`trainscope.train.preemption.StopVote`)."""
+    between_steps: BetweenSteps | None = None
+    """Called after every step with a function that resolves the pending step records
+    and the epoch's training seconds so far; returns whether the run ends here and the
+    seconds it spent (an evaluation: kept out of the epoch's training time).
+    :class:`trainscope.train.target.StepEvaluations` is one."""
 
 
 def _start_epoch(loader: BatchLoader, epoch: int, skip: int) -> None:
@@ -424,6 +430,13 @@ def train_epoch(
         progress.samples += batch_size
         if len(pending) >= opts.log_every:
             pending.flush(block=True)
+        if opts.between_steps is not None:  # first: a checkpoint here holds its outcome
+            epoch_s = progress.elapsed_s + time.perf_counter() - t0 - progress.paused_s
+            ended, paused = opts.between_steps(state, lambda: pending.flush(block=True), epoch_s)
+            progress.paused_s += paused
+            if ended:  # a target met or a time limit passed: the epoch (and run) ends here
+                n_steps = state.epoch_step
+                break
         _checkpoint_or_stop(state, opts, pending, n_steps,
                             lambda: progress.snapshot(time.perf_counter() - t0))  # fmt: skip
     pending.flush(block=True)

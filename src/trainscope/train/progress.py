@@ -54,6 +54,9 @@ class EpochProgress:
     loader_start_s: float = 0.0
     t_start: float | None = None
     """When the epoch began, on the run's clock (None until it does)."""
+    paused_s: float = 0.0
+    """Seconds inside the epoch spent on other work than training (evaluations between
+    steps): not part of its duration."""
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for a checkpoint."""
@@ -79,7 +82,7 @@ class EpochProgress:
             epoch=epoch,
             steps=steps,
             samples=self.samples,
-            duration_s=self.elapsed_s + own_s,
+            duration_s=self.elapsed_s + own_s - self.paused_s,
             mean_loss=self.loss_sum / self.loss_samples if self.loss_samples else None,
             stage_s=self.stage_s,
             loader_start_s=self.loader_start_s,
@@ -114,6 +117,9 @@ class RunProgress:
     """A resumed run: the wall time its earlier attempts kept (up to the checkpoint)."""
     resumed_epoch: EpochProgress | None = None
     """A run resumed in mid-epoch: that epoch's totals, taken by the epoch that goes on."""
+    stop_rule: dict[str, Any] = field(default_factory=dict)
+    """The stop rule's running figures (train.target: evaluations so far, the best
+    figure and when): saved with a checkpoint like the rest."""
     step_records: list[dict[str, Any]] = field(default_factory=list)
     """Batch size and stage times of every step (the steady-state figures). Not saved:
     a resume reads them back from ``metrics.jsonl``."""
@@ -163,6 +169,7 @@ class RunProgress:
             "epochs": list(self.epochs),
             "first_losses": list(self.first_losses),
             "epoch_progress": epoch.to_dict() if epoch is not None else None,
+            "stop_rule": dict(self.stop_rule),
             "wall_s": self.wall_s(at),  # up to this checkpoint
         }
 
@@ -186,6 +193,8 @@ class RunProgress:
         self.train_time = sd.get("train_time", 0.0)
         self.epochs = list(sd.get("epochs") or [])
         self.first_losses = list(sd.get("first_losses") or [])
+        self.stop_rule.clear()  # in place: the stop rule holds this very dict
+        self.stop_rule.update(sd.get("stop_rule") or {})
         saved = sd.get("epoch_progress")
         self.resumed_epoch = EpochProgress.from_dict(saved) if saved else None
         self.step_records = list(step_records or [])

@@ -200,6 +200,7 @@ class RunSummary:
         self.finished_at: str | None = None
         self.tracking: dict[str, Any] | None = None
         self.preemption: dict[str, Any] | None = None
+        self.target: dict[str, Any] | None = None
 
     def _put(self, section: str, **values: Any) -> None:
         with self._lock:
@@ -272,6 +273,10 @@ class RunSummary:
     def set_system(self, system: dict[str, Any]) -> None:
         """The system sampler's summary."""
         self._put("system", system=system)
+
+    def set_target(self, target: dict[str, Any]) -> None:
+        """The stop rule's section (train.target): target, how the run ended, when."""
+        self._put("target", target=dict(target))
 
     def set_tracking(self, tracking: dict[str, Any]) -> None:
         """What the tracking sinks did (and their warnings)."""

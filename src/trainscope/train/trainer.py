@@ -24,7 +24,6 @@ from trainscope.config import RunConfig
 from trainscope.data.loaders import make_loader
 from trainscope.profiling.comm_probe import CommProbe
 from trainscope.profiling.memory import MemoryProbe
-from trainscope.profiling.peak import ENV_VAR, mfu, peak_flops
 from trainscope.profiling.system import peak_rss_bytes
 from trainscope.profiling.timer import ProgressTimer, device_sync, make_stage_timer
 from trainscope.records import RunWriter, atomic_write_json
@@ -37,6 +36,7 @@ from trainscope.train import fault_injection, ranks
 from trainscope.train.checkpointer import Checkpointer
 from trainscope.train.compose import compile_warmup, compiled_graphs, compose
 from trainscope.train.console import RunConsole
+from trainscope.train.figures import memory_figures, throughput_figures
 from trainscope.train.loop import (
     EpochOptions,
     TrainState,
@@ -47,9 +47,10 @@ from trainscope.train.loop import (
 )
 from trainscope.train.preemption import stop_between_epochs
 from trainscope.train.progress import FIRST_LOSSES, RunProgress
-from trainscope.train.record import MemoryFigures, Results, RunSummary, SetupFacts, Throughput
+from trainscope.train.record import Results, RunSummary, SetupFacts
 from trainscope.train.resume import data_fingerprint, resume_into
 from trainscope.train.schedule import build_optimizer, make_scheduler
+from trainscope.train.target import StepEvaluations, check_splits
 from trainscope.workloads import build_workload
 from trainscope.workloads.base import example_inputs
 
@@ -129,16 +130,24 @@ class Trainer:
         """Set up, train every epoch (validating as configured), test, finish."""
         self.setup()
         train = self.cfg.train
+        rule = self.stop_rule
         for e in range(self.state.epoch, train.epochs):  # a resumed run: from its epoch on
             row = self.train_one_epoch(e)
-            last = e + 1 == train.epochs
+            ended = rule.stopped_by is not None  # inside the epoch: a target, a time limit
+            last = e + 1 == train.epochs or ended
+            val = None
             if self.val_loader is not None and ((e + 1) % train.eval_every == 0 or last):
-                self.validate(row)
+                val = self.validate(row)
             self.end_epoch(row)
+            if rule.active and not ended:
+                ended = rule.after_epoch(self.state, val, self.progress.train_time)
+                last = last or ended
             # After the epoch's row and validation: a resume from it starts the next epoch.
             saved = self.checkpointer.due_at_epoch_end(self.state.step)
             if saved:
                 self.checkpointer.save(self.state)
+            if ended:
+                break
             if self.ctx.stop_vote is not None and not last:  # a preemption: stop here
                 stop_between_epochs(self.ctx.stop_vote, self.checkpointer, self.state, saved)
         self.test()
@@ -164,6 +173,11 @@ class Trainer:
         self.checkpointer = Checkpointer(
             cfg.train, self.writer, self.progress, self.run_facts, ctx.origin, self.fault
         )
+        self.stop_rule = StepEvaluations(
+            cfg.train, self._evaluate_split, writer=self.writer, progress=self.progress,
+            info=ctx.info, origin=ctx.origin, own_process=self._own_process_s,
+        )  # fmt: skip
+        check_splits(self.stop_rule.target, self.val_loader, self.workload.test_set)
         if self.checkpointer.enabled or cfg.resume or ctx.stop_vote is not None:
             self.fingerprint = data_fingerprint(workload.train_set)
         if cfg.resume:
@@ -278,6 +292,7 @@ class Trainer:
         )
         # Data-only runs measure the input pipeline alone: no validation, no test. Every
         # rank evaluates the whole split (the same figures everywhere; FSDP needs all ranks).
+        self.test_loader = None
         self.val_loader = (
             make_loader(workload.val_set, cfg.data, train=False, **self.loader_args)
             if _has_samples(workload.val_set) and not cfg.train.data_only
@@ -364,6 +379,7 @@ class Trainer:
             checkpointer=self.checkpointer,
             resumed=self.progress.take_resumed_epoch(),
             stop_vote=self.ctx.stop_vote,
+            between_steps=self.stop_rule.between_steps if self.stop_rule.active else None,
         )
         res = train_epoch(self.state, self.train_loader, self.timer, options)
         self.progress.add_epoch(res)
@@ -380,15 +396,41 @@ class Trainer:
             "t_end": res.t_end,
         }
 
-    def validate(self, row: dict[str, Any]) -> None:
-        """Evaluate on the validation split; its figures and timing go into ``row``."""
+    def validate(self, row: dict[str, Any]) -> dict[str, Any]:
+        """Evaluate on the validation split (or take the stop rule's evaluation at this
+        very step); its figures and timing go into ``row``. Returns the figures."""
         t0 = time.perf_counter()
-        val = evaluate(self.state, self.workload, self.val_loader)
-        device_sync(self.ctx.device)
-        self.progress.add_stage("evaluation", time.perf_counter() - t0)
+        val = self.stop_rule.result_at(self.state.step, "val")
+        if val is None:
+            val = self._evaluate_split("val")
         row.update(val_t=t0 - self.ctx.origin, val_s=time.perf_counter() - t0)
         row.update(val_loss=val["loss"], val_accuracy=val.get("accuracy"))
         row.update({k: v for k, v in val.items() if k in ("perplexity", "mse", "mae", "r2")})
+        return val
+
+    def _evaluate_split(self, split: str) -> dict[str, Any]:
+        """One evaluation of the ``val`` or ``test`` split, timed as the evaluation stage."""
+        t0 = time.perf_counter()
+        if split == "val":
+            loader = self.val_loader
+        else:
+            if self.test_loader is None:
+                self.test_loader = make_loader(
+                    self.workload.test_set, self.cfg.data, train=False, **self.loader_args
+                )
+            loader = self.test_loader
+        figures = evaluate(self.state, self.workload, loader)
+        device_sync(self.ctx.device)
+        self.progress.add_stage("evaluation", time.perf_counter() - t0)
+        return figures
+
+    def _own_process_s(self) -> float | None:
+        """Seconds since this process started, when the process is this run's alone (it
+        ran no run before and this is the first attempt); else None."""
+        process = self.record.facts.process or {}
+        if self.ctx.attempt > 1 or process.get("runs_before") or "startup_s" not in process:
+            return None
+        return process["startup_s"] + time.perf_counter() - self.ctx.t_start
 
     def end_epoch(self, row: dict[str, Any]) -> None:
         """Record the epoch's row everywhere it goes."""
@@ -419,10 +461,9 @@ class Trainer:
         if not _has_samples(self.workload.test_set) or self.cfg.train.data_only:
             return
         t0 = time.perf_counter()
-        loader = make_loader(self.workload.test_set, self.cfg.data, train=False, **self.loader_args)
-        test = self.test_result = evaluate(self.state, self.workload, loader)
-        device_sync(self.ctx.device)
-        self.progress.add_stage("evaluation", time.perf_counter() - t0)
+        test = self.stop_rule.result_at(self.state.step, "test")
+        self.test_result = test if test is not None else self._evaluate_split("test")
+        test = self.test_result
         self.writer.log("test", t=t0 - self.ctx.origin, seconds=time.perf_counter() - t0, **test)
 
     @property
@@ -434,6 +475,11 @@ class Trainer:
     def finish(self) -> None:
         """Close the stages on the wall time; results, memory and ranks into the record;
         then save the weights. What follows the wall is timed apart (``after_wall_s``)."""
+        if self.stop_rule.active:
+            self.record.set_target(self.stop_rule.section())
+            message = self.stop_rule.message()
+            if message:
+                self._note(message)
         wall, wall_end = self._close_stages()
         rss = peak_rss_bytes()
         results = self._results(wall, rss)
@@ -518,48 +564,20 @@ class Trainer:
         return comm or None
 
     def _memory_figures(self, rss: int | None) -> None:
-        """The peak memory and the ``memory`` section: what the probe step held."""
-        composed, device = self.composed, self.ctx.device
-        if device.type == "cuda":
-            peak, kind = torch.cuda.max_memory_allocated(device), "cuda_max_allocated"
-        else:
-            peak, kind = rss, "process_peak_rss"
-        if self.cfg.train.data_only:
-            note = {"note": "data-only run: no model step, nothing counted"}
-            self.record.set_memory(MemoryFigures(peak, kind, note, counted=False))
-            return
-        compiled = composed.get("compile")
-        if compiled and compiled.get("graphs") is not None:
-            graphs = compiled_graphs()
-            # Graphs compiled after the warm-up (new shapes, say): inside step times.
-            compiled["recompiled_later"] = (graphs or 0) - compiled["graphs"]
-        memory = self.step_fn.section(
-            checkpointing=composed["checkpointing"],
-            sharded=self.ctx.strategy.name == "fsdp",
-        )
-        self.record.set_memory(MemoryFigures(peak, kind, memory, compile=compiled))
+        """The peak memory and the ``memory`` section (see :func:`memory_figures`)."""
+        figures = memory_figures(
+            self.composed, self.ctx.device, self.step_fn, rss,
+            data_only=self.cfg.train.data_only, sharded=self.ctx.strategy.name == "fsdp",
+        )  # fmt: skip
+        self.record.set_memory(figures)
 
     def _throughput_figures(self, rate: float | None) -> None:
-        """tokens/s and model FLOPs utilisation (at ``rate`` samples/s), where the
-        workload states its sizes."""
-        workload, device = self.workload, self.ctx.device
-        precision, world = self.cfg.runtime.precision, self.ctx.info.world_size
-        out = Throughput()
-        if rate and workload.tokens_per_sample:
-            out.tokens_per_s = rate * workload.tokens_per_sample
-        if not workload.flops_per_sample:
-            out.mfu_note = "the workload states no FLOPs per sample"
-            self.record.set_throughput(out)
-            return
-        out.flops_per_sample = flops = workload.flops_per_sample
-        out.peak_flops_per_device = peak = peak_flops(device, precision)
-        # Every rank's device contributes its peak: MFU is achieved / (peak x devices).
-        out.mfu = mfu(flops, rate, peak * world) if rate and peak else None
-        if peak is None:
-            out.mfu_note = (
-                f"no known peak FLOP/s for {device.type} at {precision}; set {ENV_VAR} to give one"
-            )
-        self.record.set_throughput(out)
+        """tokens/s and MFU at ``rate`` samples/s (see :func:`throughput_figures`)."""
+        cfg, ctx = self.cfg, self.ctx
+        figures = throughput_figures(
+            self.workload, ctx.device, cfg.runtime.precision, ctx.info.world_size, rate
+        )
+        self.record.set_throughput(figures)
 
     def _weights_fault(self) -> Any:
         """Tests of a run killed while writing its weights (train.fault_injection) die there."""
