@@ -265,6 +265,10 @@ class TrainConfig:
     """Learning rate (muon: AdamW's, for what Muon does not train)."""
     muon_lr: float = 0.02
     """muon: Muon's learning rate for the hidden matrices (Keller Jordan's default)."""
+    muon_ns_dtype: str = "auto"
+    """muon: the dtype of its Newton-Schulz iterations: bf16 (torch.optim.Muon's, the fast
+    path of a GPU) | fp32 | auto (fp32 on a CPU without native bf16 units, where bf16
+    matmuls are emulated and 5x slower; bf16 elsewhere)."""
     momentum: float = 0.9
     """SGD momentum."""
     weight_decay: float = 0.0
@@ -328,6 +332,7 @@ class TrainConfig:
         need_choice("optimizer_impl", self.optimizer_impl, OPTIMIZER_IMPLS)
         need_number("lr", self.lr, low=0.0, low_open=True)
         need_number("muon_lr", self.muon_lr, low=0.0, low_open=True)
+        need_choice("muon_ns_dtype", self.muon_ns_dtype, ("auto", "bf16", "fp32"))
         need_number("momentum", self.momentum, low=0.0)
         need_number("weight_decay", self.weight_decay, low=0.0)
         if self.betas is not None:

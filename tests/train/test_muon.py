@@ -108,9 +108,56 @@ def test_a_muon_run_resumes_bit_exact_and_says_what_trained_what(tmp_path: Path)
     a, b = load_file(str(run / "model.safetensors")), load_file(str(ref / "model.safetensors"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in b)
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["optimizer"]["muon"] == {"tensors": 2, "parameters": 17760, "lr": 0.02}
+    muon = summary["optimizer"]["muon"]
+    assert {k: muon[k] for k in ("tensors", "parameters", "lr")} == {
+        "tensors": 2,
+        "parameters": 17760,
+        "lr": 0.02,
+    }
+    assert muon["newton_schulz"] in ("fp32", "bf16")  # auto: what this CPU runs faster
     assert summary["optimizer"]["adamw"]["lr"] == 0.003
     from trainscope.reports.tables import overview_table
 
     rows = {r[0]: r[1] for r in overview_table(summary).cells()}
     assert rows["Optimizer"].startswith("Muon on 2 tensors (17,760 parameters, lr 0.0200)")
+
+
+def test_newton_schulz_in_bf16_is_torchs_own_and_in_fp32_the_same_update(monkeypatch) -> None:
+    from torch.optim import _muon
+
+    from trainscope.train import optimizers
+    from trainscope.train.optimizers import MuonNS, ns_dtype, orthogonalize
+
+    g = torch.randn(48, 24, generator=torch.Generator().manual_seed(1))
+    coeffs = (3.4445, -4.7750, 2.0315)
+    assert torch.equal(orthogonalize(g, coeffs, 5, 1e-7, torch.bfloat16),
+                       _muon._zeropower_via_newtonschulz(g, coeffs, 5, 1e-7))  # fmt: skip
+
+    def train(opt_of, steps: int = 3) -> list[torch.Tensor]:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(16, 32, bias=False),
+                                    torch.nn.Linear(32, 8, bias=False))  # fmt: skip
+        opt = opt_of(model.parameters())
+        x = torch.randn(64, 16)
+        for _ in range(steps):
+            opt.zero_grad()
+            model(x).square().mean().backward()
+            opt.step()
+        return [p.detach().clone() for p in model.parameters()]
+
+    ours = train(lambda ps: MuonNS(ps, lr=0.02, weight_decay=0.1, ns_dtype=torch.float32))
+    # torch's own step with its iterations in fp32: the rest of the update is the same.
+    monkeypatch.setattr(_muon, "_zeropower_via_newtonschulz",
+                        lambda u, c, n, e: orthogonalize(u, c, n, e, torch.float32))  # fmt: skip
+    theirs = train(lambda ps: torch.optim.Muon(ps, lr=0.02, weight_decay=0.1))
+    assert all(torch.equal(a, b) for a, b in zip(ours, theirs))
+    cpu = torch.device("cpu")
+    for units, want in (
+        ({"bf16": False, "fp16": False}, torch.float32),
+        ({"bf16": True, "fp16": False}, torch.bfloat16),
+        (None, torch.bfloat16),
+    ):
+        monkeypatch.setattr(optimizers, "cpu_low_precision", lambda u=units: u)
+        assert ns_dtype("auto", cpu) == want
+    assert ns_dtype("auto", torch.device("cuda")) == torch.bfloat16
+    assert ns_dtype("fp32", torch.device("cuda")) == torch.float32

@@ -141,3 +141,28 @@ def test_a_resumed_run_meets_the_target_at_the_same_step(tmp_path: Path) -> None
     assert a["step"] > 95 and a["evaluations"] == b["evaluations"] == a["step"] // 10
     assert a["process_time_s"] > a["run_time_s"] > a["train_time_s"] > 0
     assert b["process_time_s"] is None  # a resumed run's process is not the whole run's
+
+
+def test_a_workload_without_a_validation_split_evaluates_the_test_split(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "noval_workload.py").write_text(
+        "from trainscope.workloads.builtin import digits\n"
+        "def factory(cfg):\n"
+        "    wl = digits(cfg, None)\n"
+        "    wl.val_set = None\n"
+        "    return wl\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = from_dict({
+        "workload": {"name": "noval_workload:factory"}, "out": str(tmp_path / "nv"),
+        "train": {"epochs": 45, "eval_every_steps": 20, "target": "test_accuracy>=0.5"},
+        "runtime": {"threads": 1, "progress": False},
+    })  # fmt: skip
+    summary = run(cfg, RunConsole(enabled=False))
+    assert summary["target"]["reached"] is True
+    assert {e["split"] for e in lines(tmp_path / "nv", "eval")} == {"test"}
+    with pytest.raises(ConfigError, match="no validation split"):
+        digits_cfg = {"train": {"target": "val_loss<=1", "epochs": 1}}
+        run(from_dict({**digits_cfg, "workload": {"name": "noval_workload:factory"},
+                       "out": str(tmp_path / "nv2")}), RunConsole(enabled=False))  # fmt: skip

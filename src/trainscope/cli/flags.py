@@ -143,6 +143,11 @@ RUN_FLAGS: dict[str, Flag] = {
     "--muon-lr": _float(
         "train.muon_lr", "LR", "muon: Muon's learning rate (default 0.02, Keller Jordan's)"
     ),
+    "--muon-ns-dtype": _value(
+        "train.muon_ns_dtype",
+        "auto|bf16|fp32",
+        "muon: Newton-Schulz dtype (auto: fp32 on a CPU without bf16 units, else bf16)",
+    ),
     "--momentum": _float("train.momentum", "M"),
     "--weight-decay": _float("train.weight_decay", "WD"),
     "--betas": _value(

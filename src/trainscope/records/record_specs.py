@@ -148,7 +148,9 @@ PREEMPTION = _obj(
         "requeue": _obj({"requeued": Bool(null=True), "command": TEXT, "why": TEXT}),
     }
 )
-_SHARE = _obj({"tensors": COUNT_OR_NULL, "parameters": COUNT_OR_NULL, "lr": REAL})
+_SHARE = _obj(
+    {"tensors": COUNT_OR_NULL, "parameters": COUNT_OR_NULL, "lr": REAL, "newton_schulz": TEXT}
+)
 # The stop rule (train.target): the target, how the run ended, when the target was met.
 TARGET_SECTION = _obj(
     {

@@ -451,6 +451,9 @@ def _optimizer_rows(opt: Any) -> list[list[object]]:
         parts.append(f"{label} on {fmt_int(share.get('tensors'))} tensors "
                      f"({fmt_int(share.get('parameters'))} parameters, lr "
                      f"{fmt_float(share.get('lr'))})")  # fmt: skip
+    muon = opt.get("muon") if isinstance(opt.get("muon"), dict) else {}
+    if muon.get("newton_schulz"):
+        parts.append(f"Newton-Schulz in {_text(muon['newton_schulz'])}")
     return [["Optimizer", "; ".join(parts)]]
 
 

@@ -135,7 +135,7 @@ def knob_alternatives(base: dict[str, Any], current: dict[str, Any], knob: str) 
         return scaled("data.batch_size", (2.0, 0.5), True)
     if knob == "length":  # the schedule's horizon: a shorter one decays sooner
         steps = "train.max_steps_per_epoch"
-        return scaled(steps if _get(now, steps) else "train.epochs", (0.5, 2.0), True)
+        return scaled(steps if _get(now, steps) else "train.epochs", (0.5, 0.25, 2.0), True)
     if knob == "warmup":
         warm = _get(now, "train.warmup_steps") or 0
         return [{"train.warmup_steps": w} for w in (0, max(100, 2 * warm)) if w != warm]

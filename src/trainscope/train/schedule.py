@@ -117,7 +117,9 @@ def build_optimizer(cfg: TrainConfig, model: torch.nn.Module) -> torch.optim.Opt
     impl = IMPL_FLAGS[cfg.optimizer_impl]
     betas = tuple(cfg.betas) if cfg.betas else (0.9, 0.999)
     if cfg.optimizer == "muon":
-        return build_muon(model, cfg.lr, cfg.muon_lr, betas, cfg.weight_decay, impl)
+        return build_muon(
+            model, cfg.lr, cfg.muon_lr, betas, cfg.weight_decay, impl, cfg.muon_ns_dtype
+        )
     groups = param_groups(model, cfg.weight_decay)
     if cfg.optimizer == "sgd":
         return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum, **impl)

@@ -76,6 +76,7 @@ class StepEvaluations:
         info: DistInfo,
         origin: float,
         own_process: Callable[[], float | None],
+        has_val: bool = True,
     ) -> None:
         self.every = train.eval_every_steps
         self.log_every = train.log_every
@@ -83,6 +84,8 @@ class StepEvaluations:
         self.target: Target | None = parse_target(train.target) if train.target else None
         self.evaluate_split, self.writer, self.progress = evaluate_split, writer, progress
         self.info, self.origin = info, origin
+        self.splits = ("val",) if has_val else ()
+        """What every evaluation between steps covers (and the target's split)."""
         self.own_process = own_process
         """Seconds from the process's start to now, or None when the process is not this
         run's own (it ran another run before, or this is a resumed attempt)."""
@@ -118,7 +121,7 @@ class StepEvaluations:
             # goes on with the same random numbers as a run that does not evaluate.
             devices = [state.device] if state.device.type == "cuda" else []
             with torch.random.fork_rng(devices=devices):
-                self._evaluate(step, state.epoch + 1, train_s, ("val",))
+                self._evaluate(step, state.epoch + 1, train_s, self.splits)
             state.model.train()
             paused = time.perf_counter() - t0
         return self._decide(train_s), paused

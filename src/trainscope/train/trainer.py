@@ -176,6 +176,7 @@ class Trainer:
         self.stop_rule = StepEvaluations(
             cfg.train, self._evaluate_split, writer=self.writer, progress=self.progress,
             info=ctx.info, origin=ctx.origin, own_process=self._own_process_s,
+            has_val=self.val_loader is not None,
         )  # fmt: skip
         check_splits(self.stop_rule.target, self.val_loader, self.workload.test_set)
         if self.checkpointer.enabled or cfg.resume or ctx.stop_vote is not None:
