@@ -20,8 +20,8 @@ def _train(name: str, options: dict | None = None, **sections: dict) -> tuple[di
 
 def test_each_workload_trains_with_its_own_recipe() -> None:
     train, data = _train("mnist")
-    assert (train["optimizer"], train["lr"], train["schedule"]) == ("adamw", 3e-3, "one-cycle")
-    assert data["batch_size"] == 64
+    assert (train["optimizer"], train["lr"], train["schedule"]) == ("adamw", 6e-3, "cosine")
+    assert (train["warmup_steps"], train["epochs"], data["batch_size"]) == (100, 8, 64)
     train, data = _train("gpt-char")
     # nanoGPT's shakespeare_char settings.
     assert train["optimizer"] == "adamw" and train["lr"] == 1e-3
@@ -83,6 +83,17 @@ def test_another_optimizer_drops_the_settings_tuned_for_the_recipes_own() -> Non
     assert (train["lr"], train["betas"], train["weight_decay"]) == (1e-3, [0.9, 0.99], 0.1)
     train, _ = _train("digits", train={"optimizer": "muon"})
     assert train["lr"] == generic["lr"] and train["momentum"] == generic["momentum"]
+    # ... and adamw over the cpu preset's muon recipe keeps its AdamW settings.
+    train, data = _train("gpt-char", {"preset": "cpu"}, train={"optimizer": "adamw"})
+    assert (train["lr"], train["betas"], train["weight_decay"]) == (1e-3, [0.9, 0.99], 0.1)
+    assert train["max_steps_per_epoch"] == 1000 and data["batch_size"] == 12
+
+
+def test_the_cpu_preset_trains_with_the_recipe_its_time_to_target_study_found() -> None:
+    train, data = _train("gpt-char", {"preset": "cpu"})
+    assert (train["optimizer"], train["muon_lr"], train["lr"]) == ("muon", 0.02, 1e-3)
+    assert (train["epochs"], train["max_steps_per_epoch"], data["batch_size"]) == (1, 1000, 12)
+    assert (train["schedule"], train["warmup_steps"], train["grad_clip"]) == ("cosine", 100, 1.0)
 
 
 def test_a_saved_config_replays_unchanged() -> None:

@@ -84,6 +84,7 @@ def test_a_study_searches_then_repeats_the_finalists_on_new_seeds(tmp_path: Path
     assert {r.config for r in finals} == {DEFAULT, "adamw"} and len(finals) == 4
     assert {r.overrides["train.seed"] for r in finals} == {1, 2}
     assert runs["adamw/r2"].overrides["train.lr"] == 0.01
+    assert runs["adamw/r2"].labels["flags"] == "--optimizer adamw --lr 0.01"  # as written
     for r in finals:
         t = study.records[r.id].summary["target"]
         assert t["reached"] and t["step"] % 10 == 0 and t["train_time_s"] > 0
@@ -116,7 +117,7 @@ def test_a_target_never_met_is_reported_as_such(tmp_path: Path) -> None:
     build_study_report(out)
     md = (out / "report" / "report.md").read_text()
     assert "No finalist met the target on every seed" in md and "0 of 2" in md
-    assert "not met in 0 s: best" in md  # the search table: no time, the best figure
+    assert "not met within 0 s of training: best" in md  # no time, the best figure
 
 
 def test_the_recipes_file_is_checked(tmp_path: Path) -> None:

@@ -87,7 +87,7 @@ RUN_FLAGS: dict[str, Flag] = {
     "--preset": _value(
         "workload.options.preset",
         "NAME",
-        "gpt-char: tiny | shakespeare (6 layers x 384, block 256)",
+        "gpt-char: tiny | cpu (4 x 128, block 64) | shakespeare (6 layers x 384, block 256)",
     ),
     "--n-layer": _int("workload.options.n_layer", "N", "gpt-char"),
     "--n-head": _int("workload.options.n_head", "N", "gpt-char"),

@@ -29,7 +29,7 @@ DESCRIPTION = (
 
 # Workload flags: flag -> (option key in workload.options, type); text-cls / gpt-char.
 WORKLOAD_OPTIONS: dict[str, tuple[str, Any, str]] = {
-    "--preset": ("preset", str, "gpt-char: tiny | shakespeare"),
+    "--preset": ("preset", str, "gpt-char: tiny | cpu | shakespeare"),
     "--n-layer": ("n_layer", int, "gpt-char: blocks"),
     "--n-head": ("n_head", int, "gpt-char: heads"),
     "--n-embd": ("n_embd", int, "gpt-char: width"),

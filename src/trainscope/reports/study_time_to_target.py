@@ -42,8 +42,11 @@ def _outcome_text(rec: RunRecord | None, planned: PlannedRun) -> str:
         train = fmt_float(t.get("train_time_s"), 1)
         return f"met at step {t.get('step')}: {train} s of training{after}"
     best = t.get("best") or {}
-    return (f"not met in {fmt_float(t.get('time_limit_s'), 0)} s: best "
-            f"{fmt_float(best.get('value'), 4)} at step {best.get('step')}")  # fmt: skip
+    why = (f"within {fmt_float(t.get('time_limit_s'), 0)} s of training"
+           if t.get("stopped_by") == "time_limit"
+           else f"by the end of training ({rec.summary.get('steps')} steps)")  # fmt: skip
+    return (f"not met {why}: best {fmt_float(best.get('value'), 4)} at step "
+            f"{best.get('step')}")  # fmt: skip
 
 
 def search_table(study: StudyRecord) -> Table:
@@ -212,7 +215,7 @@ def time_to_target_sections(study: StudyRecord, doc: Document, plots: Path) -> S
     doc.heading("Time to target", 2)
     doc.paragraph(escape_inline(
         f"Target {opts.get('target')}: each run trains until an evaluation meets it (every "
-        f"{train.get('eval_every_steps')} steps, on the same fixed validation batches) or "
+        f"{train.get('eval_every_steps')} steps, on the same fixed evaluation batches) or "
         f"until {fmt_float(train.get('time_limit_s'), 0)} s of training. Search: "
         f"{opts.get('search')}; finals: {opts.get('repeats')} new seeds per finalist."
     ))  # fmt: skip

@@ -61,6 +61,7 @@ FLAGS = {
     "train.max_steps_per_epoch": "--max-steps-per-epoch",
     "train.warmup_steps": "--warmup-steps",
     "train.schedule": "--schedule",
+    "train.eval_every_steps": "--eval-every-steps",
 }
 _SHORT = {"train.lr": "lr", "train.muon_lr": "mlr", "data.batch_size": "b",
           "train.epochs": "ep", "train.max_steps_per_epoch": "steps",
@@ -171,11 +172,15 @@ def outcome_of(run_dir: Path, limit_s: float) -> Outcome | None:
     return Outcome(t.get("reached") is True, t.get("train_time_s"), best, cost)
 
 
-def _run(name: str, overrides: dict[str, Any], repeat: int, group: str, seed: int) -> PlannedRun:
-    """One planned run of a candidate: repeat 1 is its search run, 2.. its finals."""
+def _run(
+    name: str, overrides: dict[str, Any], repeat: int, group: str, seed: int,
+    flags: str | None = None,
+) -> PlannedRun:  # fmt: skip
+    """One planned run of a candidate: repeat 1 is its search run, 2.. its finals;
+    ``flags``: how the user wrote them (a recipes file), else from the overrides."""
     return PlannedRun(
         config=name, repeat=repeat, group=group,
-        labels={"flags": flags_text(overrides), "seed": seed + repeat - 1},
+        labels={"flags": flags or flags_text(overrides), "seed": seed + repeat - 1},
         overrides={**overrides, "train.seed": seed + repeat - 1},
     )  # fmt: skip
 
@@ -206,7 +211,7 @@ def plan(
     seed = int(train.get("seed") or 0)
     given = [r for r in recipes or [] if r["overrides"]]
     runs = [_run(DEFAULT, {}, 1, "search", seed)]
-    runs += [_run(r["name"], r["overrides"], 1, "search", seed) for r in given]
+    runs += [_run(r["name"], r["overrides"], 1, "search", seed, r["flags"]) for r in given]
     return runs, {
         "target": target.text,
         "search": "recipes" if recipes is not None else "built-in",
@@ -234,7 +239,7 @@ def more(plan: StudyPlan, study_dir: Path) -> list[PlannedRun]:
             return _checked(plan, [_run(candidate_name(nxt), nxt, 1, "search", seed)])
     chosen = finalists(target, search, outcomes, int(opts.get("finalists") or 1))
     repeats = int(opts.get("repeats") or 1)
-    runs = [_run(r.config, _settings(r), k, "final", seed)
+    runs = [_run(r.config, _settings(r), k, "final", seed, r.labels.get("flags"))
             for k in range(2, repeats + 2) for r in chosen]  # fmt: skip
     return _checked(plan, runs)
 

@@ -9,7 +9,10 @@ fastest kernel the device has (flash / memory-efficient on GPUs).
 
 Presets (``options.preset``): ``shakespeare`` (the default) is the well-known 6-layer,
 6-head, 384-wide model with a 256-character context and dropout 0.2 (10.7M parameters);
-``tiny`` (2 layers, 2 heads, 64 wide, context 64, no dropout) trains in seconds on a CPU.
+``tiny`` (2 layers, 2 heads, 64 wide, context 64, no dropout) trains in seconds on a CPU;
+``cpu`` (4 layers, 4 heads, 128 wide, context 64, no dropout: 0.8M parameters) is the
+model nanoGPT's README trains on a CPU, with a time-to-target recipe of its own
+(trainscope.recipes).
 """
 
 from __future__ import annotations
@@ -38,6 +41,14 @@ PRESETS: dict[str, dict[str, Any]] = {
         "n_layer": 2,
         "n_head": 2,
         "n_embd": 64,
+        "block_size": 64,
+        "dropout": 0.0,
+        "bias": False,
+    },
+    "cpu": {  # nanoGPT's README CPU command: --n_layer=4 --n_head=4 --n_embd=128 ...
+        "n_layer": 4,
+        "n_head": 4,
+        "n_embd": 128,
         "block_size": 64,
         "dropout": 0.0,
         "bias": False,
