@@ -115,7 +115,7 @@ def test_run_help_shows_every_workloads_recipe(
     text = " ".join(capsys.readouterr().out.split("default recipes")[1].split())
     for name in BUILTIN_WORKLOADS:
         assert name in text, name
-    assert "nanoGPT" in text and "one-cycle" in text and "Hugging Face" in text
+    assert "nanoGPT" in text and "time-to-target" in text and "Hugging Face" in text
     assert GPT_CHAR.title.split(":")[0] in text and MNIST.title[:20] in text
     assert DIGITS.title[:30] in text
 
@@ -128,5 +128,5 @@ def test_the_saved_config_of_a_run_holds_its_recipe(
     argv += ["--epochs", "1", "--max-steps-per-epoch", "2", "--out", str(out), "-q"]
     assert main(argv) == 0
     saved = load_yaml(out / "config.yaml")
-    assert saved["train"]["optimizer"] == "adamw" and saved["train"]["schedule"] == "one-cycle"
+    assert saved["train"]["optimizer"] == "adamw" and saved["train"]["schedule"] == "cosine"
     assert saved["data"]["batch_size"] == 64
