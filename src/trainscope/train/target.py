@@ -45,10 +45,14 @@ def _figures(metrics: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in metrics.items() if isinstance(v, (int, float)) or v is None}
 
 
-def check_splits(target: Target | None, val_loader: Any, test_set: Any) -> None:
-    """One clear error when the target reads a split the run does not have."""
+def check_splits(
+    target: Target | None, val_loader: Any, test_set: Any, figures: dict[str, Any]
+) -> None:
+    """One clear error, before training, when the target reads a split the run does not
+    have or a figure its evaluation does not compute (``figures``: an empty evaluation's)."""
     if target is None:
         return
+    _need_figure(target, figures)
     missing = val_loader is None if target.split == "val" else test_set is None
     if not missing:
         try:
@@ -59,6 +63,14 @@ def check_splits(target: Target | None, val_loader: Any, test_set: Any) -> None:
         name = "validation" if target.split == "val" else "test"
         raise ConfigError(
             f"--target {show(target.text)}: this workload has no {name} split to evaluate"
+        )
+
+
+def _need_figure(target: Target, metrics: dict[str, Any]) -> None:
+    if target.figure not in metrics:
+        have = ", ".join(f"{target.split}_{k}" for k in _figures(metrics))
+        raise ConfigError(
+            f"--target {show(target.text)}: the evaluation has no {target.figure} (it has {have})"
         )
 
 
@@ -171,11 +183,7 @@ class StepEvaluations:
         """Note the best figure so far and, the first time the target is met, when."""
         assert self.target is not None
         figure = self.target.figure
-        if figure not in metrics:
-            have = ", ".join(f"{self.target.split}_{k}" for k in _figures(metrics))
-            raise ConfigError(
-                f"--target {show(self.target.text)}: the evaluation has no {figure} (it has {have})"
-            )
+        _need_figure(self.target, metrics)
         value = metrics[figure]
         if self.target.better(value, self.state.get("best_value")):
             self.state.update(best_value=value, best_step=step, best_train_time_s=train_s)

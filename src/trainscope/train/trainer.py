@@ -178,7 +178,8 @@ class Trainer:
             info=ctx.info, origin=ctx.origin, own_process=self._own_process_s,
             has_val=self.val_loader is not None,
         )  # fmt: skip
-        check_splits(self.stop_rule.target, self.val_loader, self.workload.test_set)
+        empty = self.workload.new_metrics(ctx.device).compute()  # the figures it computes
+        check_splits(self.stop_rule.target, self.val_loader, self.workload.test_set, empty)
         if self.checkpointer.enabled or cfg.resume or ctx.stop_vote is not None:
             self.fingerprint = data_fingerprint(workload.train_set)
         if cfg.resume:
