@@ -93,18 +93,23 @@ def trainscope(*args: str, env: dict[str, str] | None = None) -> subprocess.Comp
                           env={**os.environ, **(env or {})})  # fmt: skip
 
 
+def killed_and_resumed(args: list[str], tmp_path: Path, fault: str) -> tuple[Path, Path]:
+    """``run *args`` uninterrupted (ref), and killed at ``fault`` then resumed (cut)."""
+    ref, cut = tmp_path / "ref", tmp_path / "cut"
+    assert trainscope("run", *args, "--out", str(ref)).returncode == 0
+    killed = trainscope("run", *args, "--out", str(cut), env={"TRAINSCOPE_FAULT": fault})
+    assert killed.returncode != 0
+    done = trainscope("run", "--resume", str(cut), "-q", "--no-progress")
+    assert done.returncode == 0, done.stderr
+    return ref, cut
+
+
 @pytest.mark.slow
 def test_a_muon_run_resumes_bit_exact_and_says_what_trained_what(tmp_path: Path) -> None:
     args = ["--optimizer", "muon", "--lr", "0.003", "--muon-lr", "0.02", "--epochs", "2",
             "--max-steps-per-epoch", "12", "--checkpoint-every", "5", "--schedule", "cosine",
             "--threads", "1", "-q", "--no-progress"]  # fmt: skip
-    ref, run = tmp_path / "ref", tmp_path / "run"
-    assert trainscope("run", *args, "--out", str(ref)).returncode == 0
-    killed = trainscope("run", *args, "--out", str(run),
-                        env={"TRAINSCOPE_FAULT": "step=13,stage=forward"})  # fmt: skip
-    assert killed.returncode != 0
-    done = trainscope("run", "--resume", str(run), "-q", "--no-progress")
-    assert done.returncode == 0, done.stderr
+    ref, run = killed_and_resumed(args, tmp_path, "step=13,stage=forward")
     a, b = load_file(str(run / "model.safetensors")), load_file(str(ref / "model.safetensors"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in b)
     summary = json.loads((run / "summary.json").read_text())

@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.train.test_muon import trainscope
+from tests.train.test_muon import killed_and_resumed
 from trainscope.config import from_dict
 from trainscope.errors import ConfigError
 from trainscope.reports.tables import overview_table
@@ -129,13 +129,7 @@ def test_a_figure_the_evaluation_does_not_have_is_one_clear_error(tmp_path: Path
 def test_a_resumed_run_meets_the_target_at_the_same_step(tmp_path: Path) -> None:
     args = ["--epochs", "45", "--eval-every-steps", "10", "--target", "val_accuracy>=0.8",
             "--checkpoint-every", "10", "--threads", "1", "-q", "--no-progress"]  # fmt: skip
-    ref, cut = tmp_path / "ref", tmp_path / "cut"
-    assert trainscope("run", *args, "--out", str(ref)).returncode == 0
-    killed = trainscope("run", *args, "--out", str(cut),
-                        env={"TRAINSCOPE_FAULT": "step=95,stage=forward"})  # fmt: skip
-    assert killed.returncode != 0
-    done = trainscope("run", "--resume", str(cut), "-q", "--no-progress")
-    assert done.returncode == 0, done.stderr
+    ref, cut = killed_and_resumed(args, tmp_path, "step=95,stage=forward")
     a, b = (json.loads((d / "summary.json").read_text())["target"] for d in (ref, cut))
     assert a["reached"] and b["reached"] and a["step"] == b["step"] and a["value"] == b["value"]
     assert a["step"] > 95 and a["evaluations"] == b["evaluations"] == a["step"] // 10
