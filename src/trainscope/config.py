@@ -269,6 +269,9 @@ class TrainConfig:
     """muon: the dtype of its Newton-Schulz iterations: bf16 (torch.optim.Muon's, the fast
     path of a GPU) | fp32 | auto (fp32 on a CPU without native bf16 units, where bf16
     matmuls are emulated and 5x slower; bf16 elsewhere)."""
+    muon_ns_steps: int = 5
+    """muon: Newton-Schulz iterations per update (torch.optim.Muon's 5). Fewer make each
+    step cheaper and the update less exactly orthogonal."""
     momentum: float = 0.9
     """SGD momentum."""
     weight_decay: float = 0.0
@@ -333,6 +336,8 @@ class TrainConfig:
         need_number("lr", self.lr, low=0.0, low_open=True)
         need_number("muon_lr", self.muon_lr, low=0.0, low_open=True)
         need_choice("muon_ns_dtype", self.muon_ns_dtype, ("auto", "bf16", "fp32"))
+        need_integer("muon_ns_steps", self.muon_ns_steps)
+        need_number("muon_ns_steps", self.muon_ns_steps, low=1, high=20)
         need_number("momentum", self.momentum, low=0.0)
         need_number("weight_decay", self.weight_decay, low=0.0)
         if self.betas is not None:

@@ -166,3 +166,31 @@ def test_newton_schulz_in_bf16_is_torchs_own_and_in_fp32_the_same_update(monkeyp
         assert ns_dtype("auto", cpu) == want
     assert ns_dtype("auto", torch.device("cuda")) == torch.bfloat16
     assert ns_dtype("fp32", torch.device("cuda")) == torch.float32
+
+
+def test_newton_schulz_steps_reach_the_optimizer_the_record_and_the_report() -> None:
+    from trainscope.reports.tables import overview_table
+    from trainscope.train.optimizers import orthogonalize
+    from trainscope.train.schedule import build_optimizer
+
+    cfg = from_dict({"train": {"optimizer": "muon", "muon_ns_steps": 3}}).train
+    model = GPT(GPTConfig(vocab_size=11, n_layer=1, n_head=2, n_embd=16, block_size=8))
+    opt = build_optimizer(cfg, model)
+    assert [g["ns_steps"] for g in opt.muon.param_groups] == [3]
+    described = opt.describe()
+    assert described["muon"]["newton_schulz_steps"] == 3
+    rows = {r[0]: r[1] for r in overview_table({"optimizer": described}).cells()}
+    assert rows["Optimizer"].endswith(", 3 iterations")
+    # Fewer iterations: a cheaper, less exactly orthogonal update (singular values further
+    # from 1 than after 5).
+    g = torch.randn(32, 64, generator=torch.Generator().manual_seed(2))
+    coeffs = (3.4445, -4.7750, 2.0315)
+
+    def spread(n: int) -> float:
+        s = torch.linalg.svdvals(orthogonalize(g, coeffs, n, 1e-7, torch.float32))
+        return float((s - 1).abs().max())
+
+    assert spread(1) > spread(3) > spread(5)
+    for bad in (0, 21, 2.5, True):
+        with pytest.raises(ConfigError, match="muon_ns_steps"):
+            from_dict({"train": {"optimizer": "muon", "muon_ns_steps": bad}})

@@ -148,6 +148,9 @@ RUN_FLAGS: dict[str, Flag] = {
         "auto|bf16|fp32",
         "muon: Newton-Schulz dtype (auto: fp32 on a CPU without bf16 units, else bf16)",
     ),
+    "--muon-ns-steps": _int(
+        "train.muon_ns_steps", "N", "muon: Newton-Schulz iterations per update (default 5)"
+    ),
     "--momentum": _float("train.momentum", "M"),
     "--weight-decay": _float("train.weight_decay", "WD"),
     "--betas": _value(

@@ -149,7 +149,13 @@ PREEMPTION = _obj(
     }
 )
 _SHARE = _obj(
-    {"tensors": COUNT_OR_NULL, "parameters": COUNT_OR_NULL, "lr": REAL, "newton_schulz": TEXT}
+    {
+        "tensors": COUNT_OR_NULL,
+        "parameters": COUNT_OR_NULL,
+        "lr": REAL,
+        "newton_schulz": TEXT,
+        "newton_schulz_steps": COUNT_OR_NULL,
+    }
 )
 # The stop rule (train.target): the target, how the run ended, when the target was met.
 TARGET_SECTION = _obj(

@@ -453,7 +453,9 @@ def _optimizer_rows(opt: Any) -> list[list[object]]:
                      f"{fmt_float(share.get('lr'))})")  # fmt: skip
     muon = opt.get("muon") if isinstance(opt.get("muon"), dict) else {}
     if muon.get("newton_schulz"):
-        parts.append(f"Newton-Schulz in {_text(muon['newton_schulz'])}")
+        steps = muon.get("newton_schulz_steps")
+        times = f", {fmt_int(steps)} iterations" if isinstance(steps, int) else ""
+        parts.append(f"Newton-Schulz in {_text(muon['newton_schulz'])}{times}")
     return [["Optimizer", "; ".join(parts)]]
 
 

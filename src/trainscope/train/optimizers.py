@@ -132,6 +132,7 @@ class MuonWithAdamW(torch.optim.Optimizer):
         self, muon_params: list[torch.nn.Parameter], adamw_groups: list[dict[str, Any]], *,
         muon_lr: float, lr: float, betas: tuple[float, float], weight_decay: float,
         adamw_flags: dict[str, bool] | None = None, ns: torch.dtype = torch.bfloat16,
+        ns_steps: int = 5,
     ) -> None:  # fmt: skip
         self.muon = MuonNS(
             muon_params,
@@ -139,6 +140,7 @@ class MuonWithAdamW(torch.optim.Optimizer):
             momentum=MUON_MOMENTUM,
             weight_decay=weight_decay,
             ns_dtype=ns,
+            ns_steps=ns_steps,
         )
         self.adamw = torch.optim.AdamW(adamw_groups, lr=lr, betas=betas, **(adamw_flags or {}))
         for g in self.muon.param_groups:
@@ -185,13 +187,15 @@ class MuonWithAdamW(torch.optim.Optimizer):
 
         muon, adamw = self.muon.param_groups, self.adamw.param_groups
         ns = "fp32" if self.muon.ns_dtype == torch.float32 else "bf16"
-        return {"name": "muon", "muon": {**count(muon), "lr": lr(muon), "newton_schulz": ns},
+        steps = muon[0]["ns_steps"] if muon else None
+        return {"name": "muon", "muon": {**count(muon), "lr": lr(muon), "newton_schulz": ns,
+                                         "newton_schulz_steps": steps},
                 "adamw": {**count(adamw), "lr": lr(adamw)}}  # fmt: skip
 
 
 def build_muon(
     model: torch.nn.Module, lr: float, muon_lr: float, betas: tuple[float, float],
-    weight_decay: float, adamw_flags: dict[str, bool], ns: str = "auto",
+    weight_decay: float, adamw_flags: dict[str, bool], ns: str = "auto", *, ns_steps: int = 5,
 ) -> MuonWithAdamW:  # fmt: skip
     """Muon for the hidden matrices, AdamW (decay on matrices only) for the rest; a model
     without a hidden matrix is one clear error."""
@@ -211,6 +215,7 @@ def build_muon(
     return MuonWithAdamW(
         [named[n] for n in muon_names], groups, muon_lr=muon_lr, lr=lr, betas=betas,
         weight_decay=weight_decay, adamw_flags=adamw_flags, ns=ns_dtype(ns, device),
+        ns_steps=ns_steps,
     )  # fmt: skip
 
 
