@@ -168,12 +168,68 @@ def prepare_nanogpt_data(ng: Path, data_dir: Path) -> float:
     return time.perf_counter() - t0
 
 
+class EvalSpans:
+    """Seconds of each of nanoGPT's evaluations: its estimate_loss() starts with
+    ``model.eval()`` and ends with ``model.train()``, so ``install`` times the span
+    between the two (``Module.train`` recursing into the children adds nothing)."""
+
+    def __init__(self) -> None:
+        self.spans: list[float] = []
+        self._began: list[float] = []
+        self._real = (torch.nn.Module.eval, torch.nn.Module.train)
+
+    def install(self) -> None:
+        """Patch ``nn.Module.eval``/``train`` to time the spans."""
+        real_eval, real_train = self._real
+
+        def eval_(module: torch.nn.Module) -> Any:
+            self._began.append(time.perf_counter())
+            return real_eval(module)
+
+        def train_(module: torch.nn.Module, mode: bool = True) -> Any:
+            if mode and self._began:  # the top-level call; the children's come after
+                self.spans.append(time.perf_counter() - self._began.pop())
+            return real_train(module, mode)
+
+        torch.nn.Module.eval, torch.nn.Module.train = eval_, train_
+
+    def restore(self) -> None:
+        """Put torch's own methods back."""
+        torch.nn.Module.eval, torch.nn.Module.train = self._real
+
+    def add_to_last(self, seconds: float) -> None:
+        """Count ``seconds`` (a checkpoint written after an evaluation) into the last span."""
+        if self.spans:
+            self.spans[-1] += seconds
+
+    def before_last(self) -> float:
+        """Seconds of every span but the last (the evaluations before the latest one)."""
+        return sum(self.spans[:-1])
+
+
 def _import_file(name: str, path: Path) -> Any:
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
+
+
+def score_nanogpt(args: argparse.Namespace, ckdir: Path, saved: list[dict[str, Any]]) -> None:
+    """The shared evaluator's ``shared_val_loss`` for every checkpoint copy in ``saved``."""
+    ng = args.nanogpt.resolve()
+    ev = SharedEval(args.data_dir.resolve())
+    check_nanogpt_ids(ng / "data" / "shakespeare_char", ev)
+    model_py = _import_file("nanogpt_model", ng / "model.py")
+    for rec in saved:
+        ck = torch.load(ckdir / rec["file"], map_location="cpu", weights_only=True)
+        model = model_py.GPT(model_py.GPTConfig(**ck["model_args"]))
+        state = {k.removeprefix("_orig_mod."): v for k, v in ck["model"].items()}
+        model.load_state_dict(state)
+        # With targets nanoGPT returns logits at every position (without: the last only).
+        rec["shared_val_loss"] = ev.loss(model, lambda idx, m=model: m(idx, idx)[0])
+        if not args.keep_checkpoints:
+            (ckdir / rec["file"]).unlink()
 
 
 def run_nanogpt(args: argparse.Namespace, seed: int) -> dict[str, Any]:
@@ -190,10 +246,13 @@ def run_nanogpt(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     saved: list[dict[str, Any]] = []
     overhead = 0.0  # seconds our extra copies took: not nanoGPT's time
     real_save, real_seed = torch.save, torch.manual_seed
+    spans = EvalSpans()
 
     def save(obj: Any, f: Any, *a: Any, **k: Any) -> None:
         nonlocal overhead
+        s0 = time.perf_counter()
         real_save(obj, f, *a, **k)
+        spans.add_to_last(time.perf_counter() - s0)  # the checkpoint of the evaluation
         t = clock() - excluded - overhead
         if isinstance(obj, dict) and {"model", "model_args", "iter_num"} <= obj.keys():
             c0 = time.perf_counter()
@@ -203,7 +262,15 @@ def run_nanogpt(args: argparse.Namespace, seed: int) -> dict[str, Any]:
             real_save({**keep, "time_s": t}, path)
             # With always_save_checkpoint, train.py sets best_val_loss to this eval's value.
             own = float(obj.get("best_val_loss", float("nan")))
-            saved.append({"iter": it, "file": path.name, "time_s": t, "nanogpt_val_loss": own})
+            saved.append(
+                {
+                    "iter": it,
+                    "file": path.name,
+                    "time_s": t,
+                    "nanogpt_val_loss": own,
+                    "earlier_evals_s": spans.before_last(),
+                }
+            )
             overhead += time.perf_counter() - c0
 
     def manual_seed(s: int) -> Any:
@@ -219,6 +286,7 @@ def run_nanogpt(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     # train.py reads configurator.py, config/ and data/ relative to the working directory
     # and does `from model import GPT`: run it from its folder, with the folder on the path.
     sys.argv, torch.save, torch.manual_seed = argv, save, manual_seed
+    spans.install()
     sys.path.insert(0, str(ng))
     os.chdir(ng)
     t_start = clock() - excluded
@@ -227,25 +295,16 @@ def run_nanogpt(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     finally:
         t_end = clock() - excluded - overhead
         sys.argv, torch.save, torch.manual_seed = old_argv, real_save, real_seed
+        spans.restore()
         sys.path.remove(str(ng))
         os.chdir(old_cwd)
 
-    # Untimed from here: score every checkpoint with the shared evaluator.
-    ev = SharedEval(args.data_dir.resolve())
-    check_nanogpt_ids(ng / "data" / "shakespeare_char", ev)
-    model_py = _import_file("nanogpt_model", ng / "model.py")
-    for rec in saved:
-        ck = torch.load(ckdir / rec["file"], map_location="cpu", weights_only=True)
-        model = model_py.GPT(model_py.GPTConfig(**ck["model_args"]))
-        state = {k.removeprefix("_orig_mod."): v for k, v in ck["model"].items()}
-        model.load_state_dict(state)
-        # With targets nanoGPT returns logits at every position (without: the last only).
-        rec["shared_val_loss"] = ev.loss(model, lambda idx, m=model: m(idx, idx)[0])
-        if not args.keep_checkpoints:
-            (ckdir / rec["file"]).unlink()
+    score_nanogpt(args, ckdir, saved)  # untimed
     hit = next((r for r in saved if r["shared_val_loss"] <= args.target), None)
     res = dict(side="nanogpt", seed=seed, clock=CLOCK, reached=hit is not None, argv=argv[1:])
     res.update(time_to_target_s=hit["time_s"] if hit else None, iter_at_target=hit and hit["iter"])
+    # Had it evaluated only where it met the target: its earlier evaluations taken out.
+    res["one_eval_time_to_target_s"] = hit["time_s"] - hit["earlier_evals_s"] if hit else None
     res.update(train_start_s=t_start, run_end_s=t_end, prepare_s_excluded=excluded)
     return res | dict(copy_overhead_s_excluded=overhead, evals=saved)
 
@@ -264,6 +323,15 @@ def _val_points(run_dir: Path) -> list[tuple[float, float]]:
         elif r.get("event") == "epoch" and isinstance(r.get("val_loss"), (int, float)):
             points.append((r["val_loss"], r.get("val_t", r["t_end"]) + r.get("val_s", 0.0)))
     return points
+
+
+def _earlier_evals_s(run_dir: Path, step: int) -> float:
+    """Seconds of the validation evaluations (``eval`` lines) before ``step``: what a run
+    that evaluated only where it met the target would not have spent."""
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    evals = [json.loads(line) for line in lines if line.strip()]
+    val = [r for r in evals if r.get("event") == "eval" and r.get("split") == "val"]
+    return sum(r.get("seconds", 0.0) for r in val if r["step"] < step)
 
 
 def run_trainscope(args: argparse.Namespace, seed: int) -> dict[str, Any]:
@@ -308,6 +376,8 @@ def run_trainscope(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         if t is None and target.get("run_time_s") is not None:
             t = startup + target["run_time_s"]  # run clock -> process clock
         res["time_to_target_s"] = t if res["reached"] else None
+        if res["reached"] and t is not None:
+            res["one_eval_time_to_target_s"] = t - _earlier_evals_s(run_dir, target["step"])
     else:
         res["source"] = "validation records (target flags unavailable)"
         hit = next((end for loss, end in points if loss <= args.target), None)
@@ -344,12 +414,14 @@ def _fmt(x: float) -> str:
     return f"{x:.1f} s"
 
 
-def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per side: median/min/max time to target over the seeds that reached it."""
+def summarize(runs: list[dict[str, Any]], key: str = "time_to_target_s") -> dict[str, Any]:
+    """Per side: median/min/max of ``key`` (time to target; ``one_eval_time_to_target_s``:
+    with the evaluations before the one that met it taken out) over the seeds that
+    reached it, and the ratio of the medians where the ranges do not overlap."""
     out: dict[str, Any] = {}
     for side in ("nanogpt", "trainscope"):
         mine = [r for r in runs if r["side"] == side]
-        times = [r["time_to_target_s"] for r in mine if r.get("reached")]
+        times = [r[key] for r in mine if r.get("reached") and r.get(key) is not None]
         never = [r["seed"] for r in mine if not r.get("reached")]
         out[side] = dict(n=len(times), runs=len(mine), never_reached=never)
         out[side].update(median_s=statistics.median(times) if times else None)
@@ -360,6 +432,24 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     else:
         out["ratio_nanogpt_over_trainscope"] = None
     return out
+
+
+def _print_summary(summary: dict[str, Any], sides: list[str], title: str) -> None:
+    print(f"\n{title}:")
+    for side in sides:
+        s = summary[side]
+        line = "no seed reached the target"
+        if s["n"]:
+            lo_hi = f"{s['min_s']:.1f}-{s['max_s']:.1f} s"
+            line = f"median {_fmt(s['median_s'])} (min-max {lo_hi}, n={s['n']}/{s['runs']})"
+        if s["never_reached"]:
+            line += f"; never reached: seeds {', '.join(map(str, s['never_reached']))}"
+        print(f"  {side:<10} {line}")
+    ratio = summary["ratio_nanogpt_over_trainscope"]
+    if len(sides) == 2 and ratio:
+        print(f"  ratio of medians nanoGPT/trainscope: {ratio:.2f} (above 1: trainscope faster)")
+    elif len(sides) == 2:
+        print("  ratio: within the noise (ranges overlap, or a side never reached the target)")
 
 
 def drive(args: argparse.Namespace) -> None:
@@ -396,25 +486,15 @@ def drive(args: argparse.Namespace) -> None:
             said = f"reached in {_fmt(t)}" if t is not None else "target not reached"
             print(f"  {said}{'  ERROR ' + run['error'] if run.get('error') else ''}", flush=True)
     summary = summarize(runs)
+    one_eval = summarize(runs, "one_eval_time_to_target_s")
     settings = vars(args) | {"out": str(out), "data_dir": str(args.data_dir)}
     results = dict(target_val_loss=args.target, clock=CLOCK, args=settings, summary=summary)
-    results["runs"] = runs
+    results.update(summary_one_evaluation=one_eval, runs=runs)
     (out / "results.json").write_text(json.dumps(results, indent=2, default=str))
-    print(f"\ntime to val loss <= {args.target} (shared evaluator; {CLOCK}):")
-    for side in args.sides:
-        s = summary[side]
-        line = "no seed reached the target"
-        if s["n"]:
-            lo_hi = f"{s['min_s']:.1f}-{s['max_s']:.1f} s"
-            line = f"median {_fmt(s['median_s'])} (min-max {lo_hi}, n={s['n']}/{s['runs']})"
-        if s["never_reached"]:
-            line += f"; never reached: seeds {', '.join(map(str, s['never_reached']))}"
-        print(f"  {side:<10} {line}")
-    ratio = summary["ratio_nanogpt_over_trainscope"]
-    if len(args.sides) == 2 and ratio:
-        print(f"  ratio of medians nanoGPT/trainscope: {ratio:.2f} (above 1: trainscope faster)")
-    elif len(args.sides) == 2:
-        print("  ratio: within the noise (ranges overlap, or a side never reached the target)")
+    _print_summary(summary, args.sides, f"time to val loss <= {args.target} (shared "
+                   f"evaluator; {CLOCK})")  # fmt: skip
+    _print_summary(one_eval, args.sides, "the same, the evaluations before the one that met "
+                   "it taken out (as if each side had evaluated only there)")  # fmt: skip
     print(f"results: {out / 'results.json'}")
 
 

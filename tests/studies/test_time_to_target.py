@@ -160,3 +160,15 @@ def test_the_study_command_line(tmp_path: Path) -> None:
         "train.lr": 0.01,
     }
     assert study["status"] == "completed" and (out / "report" / "report.html").is_file()
+
+
+def test_the_built_in_search_tries_fewer_newton_schulz_steps_only_for_muon() -> None:
+    from trainscope.studies.time_to_target import knob_alternatives
+
+    muon = base(optimizer="muon", target="val_loss<=2", time_limit_s=10)
+    assert knob_alternatives(muon, {}, "ns_steps") == [{"train.muon_ns_steps": 3}]
+    assert knob_alternatives(muon, {"train.muon_ns_steps": 3}, "ns_steps") == [
+        {"train.muon_ns_steps": 5}
+    ]
+    assert knob_alternatives(base(optimizer="adamw"), {}, "ns_steps") == []
+    assert flags_text({"train.muon_ns_steps": 3}) == "--muon-ns-steps 3"

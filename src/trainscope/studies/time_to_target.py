@@ -4,10 +4,11 @@ Two phases, in one study directory:
 
 1. **Search**, one seed each: the candidate recipes of ``--recipes FILE``, or a built-in
    coordinate search from the run's own recipe. The built-in search tries one knob at a
-   time (optimizer, learning rate, Muon's learning rate, batch size, the schedule's
-   length, warm-up, schedule shape) on top of the best recipe so far and keeps a change
-   only if it met the target sooner in training time (or, while nothing meets it, came
-   closer). It stops when the knobs are done or ``--search-budget`` is spent.
+   time (optimizer, learning rate, Muon's learning rate and Newton-Schulz iterations,
+   batch size, the schedule's length, warm-up, schedule shape) on top of the best recipe
+   so far and keeps a change only if it met the target sooner in training time (or,
+   while nothing meets it, came closer). It stops when the knobs are done or
+   ``--search-budget`` is spent.
 2. **Finals**: the ``--finalists`` best candidates, and the starting recipe (``default``)
    to compare with, each trained again on ``--repeats`` new seeds. The search's run is
    not counted in the finals: a recipe chosen for one lucky seed would otherwise carry
@@ -56,6 +57,7 @@ FLAGS = {
     "train.optimizer": "--optimizer",
     "train.lr": "--lr",
     "train.muon_lr": "--muon-lr",
+    "train.muon_ns_steps": "--muon-ns-steps",
     "data.batch_size": "--batch-size",
     "train.epochs": "--epochs",
     "train.max_steps_per_epoch": "--max-steps-per-epoch",
@@ -63,7 +65,8 @@ FLAGS = {
     "train.schedule": "--schedule",
     "train.eval_every_steps": "--eval-every-steps",
 }
-_SHORT = {"train.lr": "lr", "train.muon_lr": "mlr", "data.batch_size": "b",
+_SHORT = {"train.lr": "lr", "train.muon_lr": "mlr", "train.muon_ns_steps": "ns",
+          "data.batch_size": "b",
           "train.epochs": "ep", "train.max_steps_per_epoch": "steps",
           "train.warmup_steps": "wu"}  # fmt: skip
 
@@ -112,7 +115,7 @@ def _scaled(value: Any, factor: float, whole: bool) -> Any:
     return max(1, int(round(out))) if whole else float(f"{out:.3g}")
 
 
-KNOBS = ("optimizer", "lr", "muon_lr", "batch", "length", "warmup", "schedule")
+KNOBS = ("optimizer", "lr", "muon_lr", "ns_steps", "batch", "length", "warmup", "schedule")
 """The built-in search's knobs, in the order it tries them."""
 
 
@@ -132,6 +135,9 @@ def knob_alternatives(base: dict[str, Any], current: dict[str, Any], knob: str) 
         return scaled("train.lr", (2.0, 0.5), False)
     if knob == "muon_lr":
         return scaled("train.muon_lr", (2.0, 0.5), False) if opt == "muon" else []
+    if knob == "ns_steps":  # fewer Newton-Schulz iterations: a cheaper, rougher update
+        steps = _get(now, "train.muon_ns_steps") or 5
+        return [{"train.muon_ns_steps": n} for n in (3, 5) if n != steps] if opt == "muon" else []
     if knob == "batch":
         return scaled("data.batch_size", (2.0, 0.5), True)
     if knob == "length":  # the schedule's horizon: a shorter one decays sooner
