@@ -318,7 +318,8 @@ def _val_points(run_dir: Path) -> list[tuple[float, float]]:
     path, points = run_dir / "metrics.jsonl", []
     lines = path.read_text().splitlines() if path.is_file() else []
     for r in (json.loads(line) for line in lines if line.strip()):
-        if r.get("event") == "eval" and r.get("split") == "val":
+        if r.get("event") == "eval" and r.get("split") == "val" and "t" in r:
+            # (without "t": an epoch's own validation, timed by its epoch record below)
             points.append((r["loss"], r["t"] + r.get("seconds", 0.0)))
         elif r.get("event") == "epoch" and isinstance(r.get("val_loss"), (int, float)):
             points.append((r["val_loss"], r.get("val_t", r["t_end"]) + r.get("val_s", 0.0)))
@@ -485,6 +486,24 @@ def drive(args: argparse.Namespace) -> None:
             t = run.get("time_to_target_s")
             said = f"reached in {_fmt(t)}" if t is not None else "target not reached"
             print(f"  {said}{'  ERROR ' + run['error'] if run.get('error') else ''}", flush=True)
+    report_runs(args, out, runs)
+
+
+def resummarize(args: argparse.Namespace) -> None:
+    """``--summarize``: results.json and the summary again from the per-run JSON files in
+    ``--out`` (after one side of one seed was rerun with ``--one``)."""
+    out, runs = args.out.resolve(), []
+    for seed in (int(s) for s in args.seeds.split(",") if s.strip()):
+        for side in args.sides:
+            path = out / f"{side}-s{seed}.json"
+            if not path.is_file():
+                raise SystemExit(f"{path}: no such run record")
+            runs.append(json.loads(path.read_text()))
+    report_runs(args, out, runs)
+
+
+def report_runs(args: argparse.Namespace, out: Path, runs: list[dict[str, Any]]) -> None:
+    """Write results.json and print both summaries."""
     summary = summarize(runs)
     one_eval = summarize(runs, "one_eval_time_to_target_s")
     settings = vars(args) | {"out": str(out), "data_dir": str(args.data_dir)}
@@ -513,8 +532,12 @@ def main() -> None:
     p.add_argument("--time-limit", type=float, default=0, help="trainscope --time-limit (0 off)")
     p.add_argument("--keep-checkpoints", action="store_true", help="keep nanoGPT's ckpt-*.pt")
     p.add_argument("--one", choices=("nanogpt", "trainscope"), help="run one side (a child)")
+    p.add_argument("--summarize", action="store_true",
+                   help="only rebuild results.json from the run JSON files in --out")  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
+    if args.summarize:
+        return resummarize(args)
     if "nanogpt" in ([args.one] if args.one else args.sides) and args.nanogpt is None:
         p.error("--nanogpt DIR (a nanoGPT checkout) is needed for the nanogpt side")
     if not args.one:

@@ -86,14 +86,14 @@ def test_another_optimizer_drops_the_settings_tuned_for_the_recipes_own() -> Non
     # ... and adamw over the cpu preset's muon recipe keeps its AdamW settings.
     train, data = _train("gpt-char", {"preset": "cpu"}, train={"optimizer": "adamw"})
     assert (train["lr"], train["betas"], train["weight_decay"]) == (1e-3, [0.9, 0.99], 0.1)
-    assert train["max_steps_per_epoch"] == 1000 and data["batch_size"] == 12
+    assert train["max_steps_per_epoch"] == 600 and data["batch_size"] == 12
 
 
 def test_the_cpu_preset_trains_with_the_recipe_its_time_to_target_study_found() -> None:
     train, data = _train("gpt-char", {"preset": "cpu"})
-    assert (train["optimizer"], train["muon_lr"], train["lr"]) == ("muon", 0.02, 1e-3)
-    assert (train["epochs"], train["max_steps_per_epoch"], data["batch_size"]) == (1, 1000, 12)
-    assert (train["schedule"], train["warmup_steps"], train["grad_clip"]) == ("cosine", 100, 1.0)
+    assert (train["optimizer"], train["muon_lr"], train["lr"]) == ("muon", 0.03, 1e-3)
+    assert (train["epochs"], train["max_steps_per_epoch"], data["batch_size"]) == (1, 600, 12)
+    assert (train["schedule"], train["warmup_steps"], train["grad_clip"]) == ("cosine", 50, 1.0)
 
 
 def test_a_saved_config_replays_unchanged() -> None:

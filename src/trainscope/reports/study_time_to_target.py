@@ -215,8 +215,9 @@ def time_to_target_sections(study: StudyRecord, doc: Document, plots: Path) -> S
     doc.heading("Time to target", 2)
     doc.paragraph(escape_inline(
         f"Target {opts.get('target')}: each run trains until an evaluation meets it (every "
-        f"{train.get('eval_every_steps')} steps, on the same fixed evaluation batches) or "
-        f"until {fmt_float(train.get('time_limit_s'), 0)} s of training. Search: "
+        f"{train.get('eval_every_steps')} steps unless a recipe's flags say otherwise, and "
+        "at the end of each epoch, on the same fixed evaluation batches) or until "
+        f"{fmt_float(train.get('time_limit_s'), 0)} s of training. Search: "
         f"{opts.get('search')}; finals: {opts.get('repeats')} new seeds per finalist."
     ))  # fmt: skip
     section.add_table(doc, "search", search_table(study))
