@@ -49,6 +49,11 @@ schedule's length (its epochs): ``--ts-args "--batch-size 12 --epochs 1
 Default mode: the two sides alternate per seed, each in its own process; one JSON per run
 and results.json go to ``--out``. Seeds that never reach the target are listed, never
 extrapolated; a ratio of medians is printed only where the min-max ranges do not overlap.
+A second summary takes out each side's evaluations before the one that met the target
+(nanoGPT's timed between its ``model.eval()`` and ``model.train()`` plus the checkpoint it
+then writes; trainscope's from its ``eval`` lines): the time each would have taken had it
+evaluated only there. ``--summarize`` rebuilds results.json from the run JSON files in
+``--out`` (after one side of one seed was run again with ``--one``).
 """
 
 from __future__ import annotations
