@@ -118,7 +118,13 @@ def build_optimizer(cfg: TrainConfig, model: torch.nn.Module) -> torch.optim.Opt
     betas = tuple(cfg.betas) if cfg.betas else (0.9, 0.999)
     if cfg.optimizer == "muon":
         return build_muon(
-            model, cfg.lr, cfg.muon_lr, betas, cfg.weight_decay, impl, cfg.muon_ns_dtype,
+            model,
+            cfg.lr,
+            cfg.muon_lr,
+            betas,
+            cfg.weight_decay,
+            impl,
+            cfg.muon_ns_dtype,
             ns_steps=cfg.muon_ns_steps,
         )
     groups = param_groups(model, cfg.weight_decay)
