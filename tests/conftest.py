@@ -198,3 +198,16 @@ def one_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture
+def forked_launch() -> Iterator[None]:
+    """Launched processes (torchrun's ranks, a study's process per run) forked from this
+    test process instead of started as fresh interpreters (``tests/forked_launch.py``):
+    the same ``trainscope`` code in real processes, without ~3 s of start-up each. For
+    tests of what the processes do, not of how they start. Module-scoped fixtures use
+    ``with forked_launches():`` around their launches instead."""
+    from tests.forked_launch import forked_launches
+
+    with forked_launches():
+        yield

@@ -19,6 +19,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from tests.forked_launch import forked_launches
 from trainscope.cli import main
 from trainscope.config import from_dict
 from trainscope.runtime.device import seed_everything
@@ -63,9 +64,10 @@ LAUNCH_TIMEOUT = 300
 
 
 def run_cli(out: Path, *args: str) -> dict[str, Any]:
-    """Run ``trainscope run`` in-process (it starts torchrun itself for --nproc > 1) and
-    return the summary it left in ``out``."""
-    code = main([*COMMON, *args, "--out", str(out)])
+    """Run ``trainscope run`` in-process (for --nproc > 1 its ranks are forked from this
+    process: tests/forked_launch.py) and return the summary it left in ``out``."""
+    with forked_launches():  # the ranks' training is tested here, not how they start
+        code = main([*COMMON, *args, "--out", str(out)])
     summary_path = out / "summary.json"
     assert code == 0, f"trainscope {' '.join(args)} exited {code}"
     summary = json.loads(summary_path.read_text())

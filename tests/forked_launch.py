@@ -1,0 +1,279 @@
+"""Launched processes forked from the test process instead of started as new interpreters
+(test helper): the ``forked_launch`` fixture in ``tests/conftest.py``.
+
+``trainscope run --nproc 2`` starts torchrun, which starts two fresh interpreters; each
+pays about 3 s of interpreter start-up and torch import on a 2-core machine before its
+first step, so a 2-process run of 0.5 s costs about 10 s. A study's "process per run" pays
+the same for every run. Where a test asks what the ranks or a run's own process *do*
+(parameters after k steps, records, reports), not how they were started, this module
+starts the same processes by ``os.fork()`` from the test process, which has imported
+torch and trainscope already, and runs in each exactly what the launched process would
+run: ``trainscope.cli.main`` on the worker's command line, in the environment the
+launcher built, with torchrun's variables for each rank. They are real processes: gloo
+over 127.0.0.1, their own signals, exit codes and files.
+
+What is not torchrun's: no elastic agent (a failure stops the other ranks and is written
+to ``agent.json`` as ``trainscope.launch.agent`` writes it, but nothing restarts), and no
+fresh interpreter (imports from the current directory, start-up time and the process's
+own memory are not what a real launch shows). Tests of those use real launches: the
+fixture hands any launch it cannot stand in for (``--max-restarts``, several nodes) to
+``subprocess.Popen``, unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import traceback
+import types
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trainscope.launch import launcher
+
+# Seconds an agent gives the other ranks to stop after one failed or a signal came, as
+# torchrun does, before it kills them.
+STOP_GRACE_S = 30.0
+
+
+def _exit_code(status: int) -> int:
+    """A ``waitpid`` status as ``Popen.returncode`` gives it (a signal: its negative)."""
+    if os.WIFSIGNALED(status):
+        return -os.WTERMSIG(status)
+    return os.WEXITSTATUS(status)
+
+
+def _run_worker(args: Sequence[str], env: Mapping[str, str]) -> None:
+    """In a forked child: become the launched ``trainscope ARGS`` process, then exit."""
+    code = 1
+    try:
+        os.environ.clear()
+        os.environ.update(env)
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # a fresh interpreter's
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGALRM):
+            signal.signal(sig, signal.SIG_DFL)
+        from trainscope.runtime import signals
+
+        signals._fired.clear()  # the test process's own signals are not this process's
+        signals.die_with_parent()
+        sys.argv = ["trainscope", *args]
+        from trainscope.cli import main
+
+        code = main(list(args))
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except BaseException:  # what an interpreter would print before exiting 1
+        traceback.print_exc()
+        code = 1
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+def _rank_env(env: Mapping[str, str], rank: int, nproc: int, port: int, run_id: str) -> dict:
+    """The variables torchrun gives each worker of a one-node launch."""
+    out = dict(env)
+    out.setdefault("OMP_NUM_THREADS", "1")  # torchrun's default where it is unset
+    for name in ("RANK", "LOCAL_RANK", "ROLE_RANK"):
+        out[name] = str(rank)
+    for name in ("WORLD_SIZE", "LOCAL_WORLD_SIZE", "ROLE_WORLD_SIZE"):
+        out[name] = str(nproc)
+    out.update(
+        GROUP_RANK="0", GROUP_WORLD_SIZE="1", ROLE_NAME="default",
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+        TORCHELASTIC_RESTART_COUNT="0", TORCHELASTIC_MAX_RESTARTS="0",
+        TORCHELASTIC_RUN_ID=run_id, TORCHELASTIC_USE_AGENT_STORE="False",
+        TRAINSCOPE_PARENT_PID=str(os.getpid()),
+    )  # fmt: skip
+    return out
+
+
+def _stop(pids: dict[int, int], codes: dict[int, int], sig: int) -> None:
+    """Send ``sig`` to the ranks still running, wait for them, then kill what is left."""
+    for pid in pids:
+        if pid not in codes:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+    deadline = time.monotonic() + STOP_GRACE_S
+    while len(codes) < len(pids):
+        _reap(pids, codes)
+        if time.monotonic() > deadline:
+            for pid in set(pids) - set(codes):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            deadline = float("inf")
+        time.sleep(0.01)
+
+
+def _reap(pids: dict[int, int], codes: dict[int, int]) -> None:
+    for pid in set(pids) - set(codes):
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            codes[pid] = _exit_code(status)
+
+
+def _agent(worker: Sequence[str], nproc: int, env: Mapping[str, str]) -> None:
+    """In a forked child: torchrun's part, for one node and no restarts."""
+    code = 1
+    try:
+        os.setsid()
+        from trainscope.runtime.dist import free_port
+
+        port, run_id = free_port(), f"forked-{os.getpid()}"
+        pids: dict[int, int] = {}
+        for rank in range(nproc):
+            rank_env = _rank_env(env, rank, nproc, port, run_id)  # before the fork: our pid
+            pid = os.fork()
+            if pid == 0:
+                _run_worker(worker, rank_env)
+            pids[pid] = rank
+        code = _watch(pids, env.get("TRAINSCOPE_LAUNCH_DIR"))
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
+def _watch(pids: dict[int, int], launch_dir: str | None) -> int:
+    """Wait for the ranks; the first failure stops the rest (and is written where the
+    launcher reads it), a signal to this process is passed on to every rank."""
+    stop: list[int] = []
+
+    def handler(signum: int, frame: Any) -> None:
+        stop.append(signum)
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(sig, handler)
+    codes: dict[int, int] = {}
+    failed: dict[int, tuple[int, float]] = {}
+    while len(codes) < len(pids):
+        _reap(pids, codes)
+        for pid, c in codes.items():
+            if c != 0 and pids[pid] not in failed:
+                failed[pids[pid]] = (c, time.time())
+        if stop or failed:
+            _stop(pids, codes, stop[0] if stop else signal.SIGTERM)
+            break
+        time.sleep(0.01)
+    if stop:
+        return 128 + stop[0]
+    if not failed:
+        return 0
+    if launch_dir:
+        first = min(failed, key=lambda r: failed[r][1])
+        failures = {
+            str(r): {"exitcode": c, "text": _failure_text(c), "time": t}
+            for r, (c, t) in failed.items()
+        }
+        data = {"first_rank": first, "failures": failures, "time": time.time()}
+        (Path(launch_dir) / "agent.json").write_text(json.dumps(data))
+    return 1
+
+
+def _failure_text(code: int) -> str:
+    from trainscope.launch.agent import _failure_text as text
+
+    return text(code)
+
+
+class ForkedProcess:
+    """What ``subprocess.Popen`` returns, for a process forked by this module."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            done, status = os.waitpid(self.pid, os.WNOHANG)
+            if done:
+                self.returncode = _exit_code(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(["forked"], timeout or 0)
+            time.sleep(0.01)
+        assert self.returncode is not None
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+
+def _parse_agent(argv: Sequence[str]) -> tuple[int, list[str]] | None:
+    """(processes per node, the worker's ``trainscope`` arguments) of a one-node launch
+    without restarts; None for any other torchrun command line."""
+    flags, worker = argv[3 : argv.index("--")], list(argv[argv.index("--") + 1 :])
+    nproc = None
+    for flag in flags:
+        name, _, value = flag.partition("=")
+        if name == "--nproc-per-node":
+            nproc = int(value)
+        elif name == "--max-restarts" or (name == "--nnodes" and value != "1"):
+            return None
+    if nproc is None or worker[1:3] != ["-c", launcher.WORKER_CODE]:
+        return None
+    return nproc, worker[3:]
+
+
+def _warm() -> None:
+    """Import here, once, what each launched process would import: forked, they have it."""
+    import torch._dynamo  # noqa: F401  (every optimizer's first step imports it)
+    import torch.distributed.fsdp  # noqa: F401
+    import torch.distributed.tensor  # noqa: F401
+
+    import trainscope.train.run  # noqa: F401
+
+
+def _fork(target: Any, *args: Any) -> ForkedProcess:
+    _warm()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        target(*args)
+        os._exit(1)  # not reached: each target exits
+    return ForkedProcess(pid)
+
+
+@contextlib.contextmanager
+def forked_launches() -> Iterator[None]:
+    """Within this block, the launcher forks what it would start (see :func:`forked_popen`)."""
+    shim = types.SimpleNamespace(**{**vars(subprocess), "Popen": forked_popen})
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(launcher, "subprocess", shim)
+        yield
+
+
+def forked_popen(argv: Sequence[str], *, env: Mapping[str, str], **kwargs: Any) -> Any:
+    """``subprocess.Popen`` for the launcher: a launch of torchrun or of one worker is
+    forked from this process; any other command line goes to ``subprocess.Popen``."""
+    import torch.distributed as dist
+
+    if len(argv) > 2 and argv[1] == "-c" and not (dist.is_available() and dist.is_initialized()):
+        if argv[2] == launcher.AGENT_CODE:
+            parsed = _parse_agent(argv)
+            if parsed is not None:
+                return _fork(_agent, parsed[1], parsed[0], env)
+        elif argv[2] == launcher.WORKER_CODE:
+
+            def single(args: Sequence[str]) -> None:
+                os.setsid()
+                _run_worker(args, {**env})
+
+            return _fork(single, list(argv[3:]))
+    return subprocess.Popen(argv, env=env, **kwargs)
