@@ -211,3 +211,43 @@ def forked_launch() -> Iterator[None]:
 
     with forked_launches():
         yield
+
+
+class BuiltOnce:
+    """Outputs of ``trainscope`` commands, each made once per test process and handed to
+    every test that reads it as a copy of its own (see :func:`built_once`)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._made: dict[tuple[str, ...], Path] = {}
+
+    def master(self, *argv: str) -> Path:
+        """The folder ``trainscope ARGV --out FOLDER`` wrote (made on first use). Never
+        hand it to code that writes: readers get :meth:`copy`."""
+        from tests.forked_launch import forked_launches
+        from trainscope.cli import main
+
+        if argv not in self._made:
+            out = self.root / f"{len(self._made)}-{argv[0]}"
+            with forked_launches():
+                code = main([*argv, "--out", str(out)])
+            assert code == 0, f"trainscope {' '.join(argv)} exited {code}"
+            self._made[argv] = out
+        return self._made[argv]
+
+    def copy(self, dest: Path, *argv: str) -> Path:
+        """A copy at ``dest`` of what ``trainscope ARGV`` wrote (its marker included, so
+        it is trainscope's own folder for ``--overwrite`` and report outputs)."""
+        import shutil
+
+        shutil.copytree(self.master(*argv), dest, symlinks=True)
+        return dest
+
+
+@pytest.fixture(scope="session")
+def built_once(tmp_path_factory: pytest.TempPathFactory) -> BuiltOnce:
+    """Build once, read many times: ``built_once.copy(tmp_path / "run", "run", *flags)``
+    trains that run the first time any test of this process asks for it (a launch's ranks
+    forked, as :func:`forked_launch`) and gives each test a fresh copy to read, report on
+    or overwrite. Tests of how a command writes its output still run it themselves."""
+    return BuiltOnce(tmp_path_factory.mktemp("built-once"))
