@@ -201,16 +201,17 @@ def one_thread() -> Iterator[None]:
 
 
 @pytest.fixture
-def forked_launch() -> Iterator[None]:
+def forked_launch() -> Iterator[list[tuple[str, list[str]]]]:
     """Launched processes (torchrun's ranks, a study's process per run) forked from this
     test process instead of started as fresh interpreters (``tests/forked_launch.py``):
     the same ``trainscope`` code in real processes, without ~3 s of start-up each. For
     tests of what the processes do, not of how they start. Module-scoped fixtures use
-    ``with forked_launches():`` around their launches instead."""
+    ``with forked_launches():`` around their launches instead. The value is the list of
+    what was launched (:func:`tests.forked_launch.forked_launches`)."""
     from tests.forked_launch import forked_launches
 
-    with forked_launches():
-        yield
+    with forked_launches() as launched:
+        yield launched
 
 
 class BuiltOnce:

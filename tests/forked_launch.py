@@ -250,24 +250,48 @@ def _fork(target: Any, *args: Any) -> ForkedProcess:
     return ForkedProcess(pid)
 
 
+def fork_trainscope(args: Sequence[str], env: Mapping[str, str]) -> ForkedProcess:
+    """``trainscope ARGS`` in a process forked from this one, in environment ``env``: what
+    a scheduler's task (an ``srun`` task, a pod) would start, without a fresh interpreter.
+    Its output goes to this process's file descriptors (``capfd`` reads it)."""
+    return _fork(_run_worker, list(args), dict(env))
+
+
 @contextlib.contextmanager
-def forked_launches() -> Iterator[None]:
-    """Within this block, the launcher forks what it would start (see :func:`forked_popen`)."""
-    shim = types.SimpleNamespace(**{**vars(subprocess), "Popen": forked_popen})
+def forked_launches() -> Iterator[list[tuple[str, list[str]]]]:
+    """Within this block, the launcher forks what it would start (see :func:`forked_popen`).
+    Yields the list of what was launched: ``("torchrun", worker args)`` for a forked
+    launch of ranks, ``("process", args)`` for one forked process, ``("popen", argv)`` for
+    a command handed to ``subprocess.Popen``."""
+    launched: list[tuple[str, list[str]]] = []
+
+    def popen(argv: Sequence[str], **kwargs: Any) -> Any:
+        return forked_popen(argv, launched=launched, **kwargs)
+
+    shim = types.SimpleNamespace(**{**vars(subprocess), "Popen": popen})
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(launcher, "subprocess", shim)
-        yield
+        yield launched
 
 
-def forked_popen(argv: Sequence[str], *, env: Mapping[str, str], **kwargs: Any) -> Any:
+def forked_popen(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    launched: list[tuple[str, list[str]]] | None = None,
+    **kwargs: Any,
+) -> Any:
     """``subprocess.Popen`` for the launcher: a launch of torchrun or of one worker is
-    forked from this process; any other command line goes to ``subprocess.Popen``."""
+    forked from this process; any other command line goes to ``subprocess.Popen``. Each
+    is appended to ``launched`` (see :func:`forked_launches`)."""
     import torch.distributed as dist
 
+    note = launched.append if launched is not None else (lambda _: None)
     if len(argv) > 2 and argv[1] == "-c" and not (dist.is_available() and dist.is_initialized()):
         if argv[2] == launcher.AGENT_CODE:
             parsed = _parse_agent(argv)
             if parsed is not None:
+                note(("torchrun", parsed[1]))
                 return _fork(_agent, parsed[1], parsed[0], env)
         elif argv[2] == launcher.WORKER_CODE:
 
@@ -275,5 +299,7 @@ def forked_popen(argv: Sequence[str], *, env: Mapping[str, str], **kwargs: Any) 
                 os.setsid()
                 _run_worker(args, {**env})
 
+            note(("process", list(argv[3:])))
             return _fork(single, list(argv[3:]))
+    note(("popen", list(argv)))
     return subprocess.Popen(argv, env=env, **kwargs)

@@ -1,25 +1,24 @@
 """A run placed by a scheduler: srun's tasks and a PyTorchJob's pods become ranks (flags
 checked against them, torchrun's variables exported), Kubeflow's PET_* variables become
-the launch flags; and two real processes with srun's variables train as one DDP job
+the launch flags; and two processes with srun's variables train as one DDP job
 whose record names the scheduler, the job and both ranks."""
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import scaled
+from tests.forked_launch import fork_trainscope, forked_launches
 from trainscope.config import RunConfig, from_dict
 from trainscope.errors import ConfigError
 from trainscope.launch.cluster import adopt_scheduler
 from trainscope.runtime.dist import free_port
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = pytest.mark.timeout(120)
 
 
 def srun_env(rank: int, tasks: int = 2, job: str = "77") -> dict[str, str]:
@@ -91,28 +90,29 @@ def pod_env(rank: int, port: str) -> dict[str, str]:
     return {"RANK": str(rank), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("scheduler", ["slurm", "pytorchjob"])
-def test_two_tasks_of_a_scheduler_train_as_one_ddp_job(tmp_path: Path, scheduler: str) -> None:
+def test_two_tasks_of_a_scheduler_train_as_one_ddp_job(
+    tmp_path: Path, scheduler: str, capfd: pytest.CaptureFixture[str]
+) -> None:
     """What ``srun -n 2 trainscope run --strategy ddp`` starts, or a PyTorchJob's two pods,
-    without either: two processes, each with its task's variables; no torchrun anywhere."""
-    script = Path(sys.executable).parent / "trainscope"
-    argv = [str(script)] if script.exists() else [sys.executable, "-m", "trainscope.cli"]
+    without either: two processes, each with its task's variables; no torchrun anywhere.
+    The processes are forked from this one (tests/forked_launch.py); the real srun is in
+    tests/cluster/test_slurm.py."""
     out = tmp_path / "run"
     flags = ["run", "--workload", "digits", "--strategy", "ddp", "--epochs", "1",
              "--max-steps-per-epoch", "3", "--threads", "1", "--out", str(out), "-q",
              "--no-progress"]  # fmt: skip
     port = str(free_port())
     procs = []
-    for rank in (0, 1):
-        env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
-        env.update({**srun_env(rank, job="9001"), "MASTER_PORT": port} if scheduler == "slurm"
-                   else pod_env(rank, port))  # fmt: skip
-        procs.append(subprocess.Popen([*argv, *flags], cwd=tmp_path, env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                      text=True))  # fmt: skip
-    outputs = [p.communicate(timeout=scaled(150))[0] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], outputs
+    with forked_launches() as launched:
+        for rank in (0, 1):
+            env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+            env.update({**srun_env(rank, job="9001"), "MASTER_PORT": port}
+                       if scheduler == "slurm" else pod_env(rank, port))  # fmt: skip
+            procs.append(fork_trainscope(flags, env))
+        codes = [p.wait(timeout=scaled(60)) for p in procs]
+    assert codes == [0, 0], capfd.readouterr()
+    assert launched == []  # each task is a rank: it launches nothing
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["world_size"] == 2
     sched = summary["scheduler"]

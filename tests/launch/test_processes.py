@@ -1,9 +1,14 @@
-"""Real launches (``trainscope run --nproc 2``, gloo on 127.0.0.1): workers import only
-what the console script would, a stalled or dead rank ends in one true line, and killing
-the launcher stops every process it started.
+"""Launches (``trainscope run --nproc 2``, gloo on 127.0.0.1): workers import only what
+the console script would, a stalled or dead rank ends in one true line, and killing the
+launcher stops every process it started.
 
-Each test starts real processes (several seconds each); the process-level behaviour is
-what is tested, so nothing here is mocked.
+Real launches (the console script in a subprocess, torchrun, fresh interpreters), where
+how the processes start is what is tested: imports from the current directory, the
+process tree that killing the launcher must stop, a rank killed under torchrun's agent.
+The others ask what the ranks do once started (a refusal, a stall, a bad input, the
+README's config) and run in-process with the ranks forked (``forked_launch``,
+tests/forked_launch.py): the same trainscope code in real processes, without a fresh
+interpreter's start-up.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import scaled
+from trainscope.cli import main
 from trainscope.records.launch_outcomes import conclude
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
@@ -37,6 +43,13 @@ raise SystemExit("a module from the current directory was imported: " + __name__
 """
 
 
+FACTORY = """
+from trainscope.workloads.builtin import digits
+def factory(cfg):
+    return digits(cfg, None)
+"""
+
+
 def trainscope(cwd: Path, *args: str, timeout: float = 150) -> subprocess.CompletedProcess:
     """``trainscope ARGS`` as a user runs it: the console script, in ``cwd``."""
     script = Path(sys.executable).parent / "trainscope"
@@ -44,6 +57,18 @@ def trainscope(cwd: Path, *args: str, timeout: float = 150) -> subprocess.Comple
     return subprocess.run(
         [*argv, *args], cwd=cwd, capture_output=True, text=True, timeout=scaled(timeout)
     )
+
+
+def run_main(capfd: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """``trainscope ARGV`` in this process: (exit code, stdout, stderr), the forked ranks'
+    output included (captured at the file descriptors)."""
+    capfd.readouterr()
+    try:
+        code = main(list(argv))
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    out, err = capfd.readouterr()
+    return code, out, err
 
 
 def launched_pids(root_pid: int) -> list[int]:
@@ -71,83 +96,100 @@ def alive(pid: int) -> bool:
 
 
 def test_workers_never_import_modules_from_the_current_directory(tmp_path: Path) -> None:
+    """Under --nproc 2 the workers find a factory in the current directory (installed
+    packages first, then the current directory: the modules shadowing yaml, numpy, ...
+    beside it stay unimported)."""
     for name in ("yaml", "numpy", "typing_extensions", "psutil", "rich"):
         (tmp_path / f"{name}.py").write_text(HOSTILE)
-    done = trainscope(tmp_path, "run", *DDP2, *SHORT, "--out", "r")
+    (tmp_path / "my_workload.py").write_text(FACTORY)
+    done = trainscope(
+        tmp_path, "run", "--workload", "my_workload:factory", *DDP2, *SHORT, "--out", "r"
+    )
     assert not (tmp_path / "IMPORTED").exists(), (tmp_path / "IMPORTED").read_text()
     assert done.returncode == 0, done.stderr
-    first = json.loads((tmp_path / "r" / "summary.json").read_text())
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["world_size"] == 2
+
+
+def test_overwrite_reaches_the_workers_from_the_command_line(
+    isolated_cli: Path, forked_launch: list
+) -> None:
+    """A config file could not carry --overwrite: the workers get it on their command line."""
+    assert main(["run", *DDP2, *SHORT, "--out", "r"]) == 0
+    first = json.loads((isolated_cli / "r" / "summary.json").read_text())
     assert first["status"] == "completed"
-    # --overwrite reaches the workers from the command line (a config file could not).
-    again = trainscope(tmp_path, "run", *DDP2, *SHORT, "--out", "r", "--overwrite")
-    assert again.returncode == 0, again.stderr
-    second = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert main(["run", *DDP2, *SHORT, "--out", "r", "--overwrite"]) == 0
+    second = json.loads((isolated_cli / "r" / "summary.json").read_text())
     assert second["status"] == "completed" and second["started_at"] >= first["started_at"]
-    assert not (tmp_path / "IMPORTED").exists()
+    assert [kind for kind, _ in forked_launch] == ["torchrun", "torchrun"]
+    assert "--overwrite" in forked_launch[1][1] and "--overwrite" not in forked_launch[0][1]
 
 
-def test_a_refused_launch_leaves_the_directory_it_named_alone(tmp_path: Path) -> None:
+def test_a_refused_launch_leaves_the_directory_it_named_alone(
+    isolated_cli: Path, forked_launch: list, capfd: pytest.CaptureFixture[str]
+) -> None:
     """Rank 0 is refused a directory in use: the launcher must not 'complete' its record."""
     from trainscope.records.ownership import claim_dir
 
-    live = claim_dir(tmp_path / "live", "run")  # another run writing there, alive
+    live = claim_dir(isolated_cli / "live", "run")  # another run writing there, alive
     live.record("summary.json")
-    (tmp_path / "live" / "summary.json").write_text('{"status": "running"}')
+    (isolated_cli / "live" / "summary.json").write_text('{"status": "running"}')
     try:
-        done = trainscope(tmp_path, "run", *DDP2, *SHORT, "--out", "live", "--overwrite")
+        code, _, err = run_main(capfd, "run", *DDP2, *SHORT, "--out", "live", "--overwrite")
     finally:
         live.release()
-    assert done.returncode != 0
-    assert "in use by another trainscope process" in done.stderr
-    assert (tmp_path / "live" / "summary.json").read_text() == '{"status": "running"}'
+    assert code != 0
+    assert "in use by another trainscope process" in err
+    assert (isolated_cli / "live" / "summary.json").read_text() == '{"status": "running"}'
+    assert [kind for kind, _ in forked_launch] == ["torchrun"]  # refused by a rank
 
 
-def test_study_strategies_runs_each_configuration_in_a_process_of_its_own(tmp_path):
-    done = trainscope(
-        tmp_path, "study", "strategies", "--strategies", "single,ddp", "--nproc", "2",
+def test_study_strategies_runs_each_configuration_in_a_process_of_its_own(
+    isolated_cli: Path, forked_launch: list
+) -> None:
+    code = main([
+        "study", "strategies", "--strategies", "single,ddp", "--nproc", "2",
         "--repeats", "1", "--no-warmup", "--epochs", "1", "--max-steps-per-epoch", "2",
         "--out", "s", "-q",
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    study = json.loads((tmp_path / "s" / "study.json").read_text())
+    ])  # fmt: skip
+    assert code == 0
+    study = json.loads((isolated_cli / "s" / "study.json").read_text())
     assert study["status"] == "completed", study.get("failures")
     for config in ("single", "ddp"):
-        summary = json.loads((tmp_path / "s" / "runs" / config / "r1" / "summary.json").read_text())
+        run = isolated_cli / "s" / "runs" / config / "r1"
+        summary = json.loads((run / "summary.json").read_text())
         assert summary["status"] == "completed"
+    # One launch per run: one process for single, torchrun's two ranks for ddp.
+    assert sorted(kind for kind, _ in forked_launch) == ["process", "torchrun"]
 
 
-FACTORY = """
-from trainscope.workloads.builtin import digits
-def factory(cfg):
-    return digits(cfg, None)
-"""
-
-
-@pytest.mark.parametrize("nproc", [1, 2])
-def test_a_factory_in_the_current_directory_is_found_alike(tmp_path: Path, nproc: int) -> None:
-    """One rule with one process and under --nproc: installed packages first, then the
-    current directory (never ahead of them: the yaml.py beside it stays unimported)."""
+def test_a_factory_in_the_current_directory_is_found_by_one_process(tmp_path: Path) -> None:
+    """The rule of the launched workers (test_workers_never_import_...) holds for one
+    process too: installed packages first, then the current directory (never ahead of
+    them: the yaml.py beside it stays unimported)."""
     (tmp_path / "my_workload.py").write_text(FACTORY)
     (tmp_path / "yaml.py").write_text(HOSTILE)
-    strategy = ["--strategy", "ddp", "--nproc", "2"] if nproc == 2 else []
     done = trainscope(
-        tmp_path, "run", "--workload", "my_workload:factory", *strategy, *SHORT, "-q",
-        "--no-progress", "--out", "r",
+        tmp_path, "run", "--workload", "my_workload:factory", *SHORT, "-q", "--no-progress",
+        "--out", "r",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert not (tmp_path / "IMPORTED").exists()
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
-    assert summary["status"] == "completed" and summary["world_size"] == nproc
+    assert summary["status"] == "completed" and summary["world_size"] == 1
 
 
-def test_a_bad_input_found_in_the_workers_is_one_line(tmp_path: Path) -> None:
-    done = trainscope(tmp_path, "run", *DDP2, *SHORT, "--workload", "no_such_module:f")
-    assert done.returncode != 0
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1, done.stderr
+def test_a_bad_input_found_in_the_workers_is_one_line(
+    isolated_cli: Path, forked_launch: list, capfd: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run_main(capfd, "run", *DDP2, *SHORT, "--workload", "no_such_module:f")
+    assert code != 0
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
     assert lines[0].startswith("trainscope: error: workload 'no_such_module:f'")
-    assert "Traceback" not in done.stderr and "rank" not in lines[0]
-    assert not (tmp_path / "runs").exists()  # refused before any run directory was made
+    assert "Traceback" not in err and "rank" not in lines[0]
+    assert not (isolated_cli / "runs").exists()  # refused before any run directory was made
+    assert [kind for kind, _ in forked_launch] == ["torchrun"]  # found by the ranks
 
 
 STALLS_ON_RANK_1 = """
@@ -170,17 +212,20 @@ def factory(cfg):
 """
 
 
-def test_a_stalled_rank_is_named_within_the_stall_timeout(tmp_path: Path) -> None:
+def test_a_stalled_rank_is_named_within_the_stall_timeout(
+    isolated_cli: Path, forked_launch: list, capfd: pytest.CaptureFixture[str]
+) -> None:
+    tmp_path = isolated_cli
     (tmp_path / "stalls.py").write_text(STALLS_ON_RANK_1)
     t0 = time.monotonic()
-    done = trainscope(
-        tmp_path, "run", "--workload", "stalls:factory", "--synthetic-samples", "256",
+    code, _, err = run_main(
+        capfd, "run", "--workload", "stalls:factory", "--synthetic-samples", "256",
         *DDP2, "--epochs", "1", "--stall-timeout", "4", "--out", "r",
     )  # fmt: skip
     elapsed = time.monotonic() - t0
     assert elapsed < 120  # the sleep is 600 s and the collective timeout 300 s
-    lines = done.stderr.strip().splitlines()
-    assert done.returncode != 0 and len(lines) == 1, done.stderr
+    lines = err.strip().splitlines()
+    assert code != 0 and len(lines) == 1, err
     assert lines[0].startswith("trainscope: error: stalled: rank 1 made no progress")
     assert "last: step 3" in lines[0] and "--stall-timeout" in lines[0]
     for path in ("r/summary.json", "r/ranks/rank1/summary.json"):
@@ -296,7 +341,9 @@ def test_conclude_names_a_silent_rank_and_completes_its_record(tmp_path: Path) -
     assert json.loads((run / "summary.json").read_text())["error"] == "x"  # kept
 
 
-def test_the_readme_config_example_runs_under_nproc_2(tmp_path: Path) -> None:
+def test_the_readme_config_example_runs_under_nproc_2(
+    isolated_cli: Path, forked_launch: list, capfd: pytest.CaptureFixture[str]
+) -> None:
     """The YAML of the README's Config section, as printed there (ddp, 2 processes, bf16,
     4 workers, pin_memory), trains to completion on MNIST-format files, quietly."""
     import re
@@ -310,10 +357,11 @@ def test_the_readme_config_example_runs_under_nproc_2(tmp_path: Path) -> None:
     assert block is not None, "the README's Config section lost its YAML example"
     config = yaml.safe_load(block.group(1))
     assert config["dist"]["nproc"] == 2
+    tmp_path = isolated_cli
     write_mnist_dir(tmp_path / config["workload"]["data_dir"], n_train=300, n_test=60)
     (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(config))
-    done = trainscope(tmp_path, "run", "--config", "cfg.yaml", *SHORT, "--out", "r", "-q")
-    assert done.returncode == 0, done.stderr
-    assert done.stdout == "" and done.stderr == ""  # -q: errors only, every rank
+    code, out, err = run_main(capfd, "run", "--config", "cfg.yaml", *SHORT, "--out", "r", "-q")
+    assert code == 0, err
+    assert out == "" and err == ""  # -q: errors only, every rank
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["world_size"] == 2

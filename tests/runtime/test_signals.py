@@ -4,6 +4,7 @@ Ctrl-C does (``failed``, the signal named, metrics flushed, one line on stderr).
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -13,37 +14,51 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import scaled
+from tests.forked_launch import ForkedProcess, fork_trainscope
 
 pytestmark = pytest.mark.timeout(120)
 
 
-def start_long_run(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen, Path]:
-    """A run that would take minutes, started as a user would, once it is training."""
-    out = tmp_path / "run"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "trainscope", "run", "--out", str(out), "--epochs", "1000",
-         "--log-every", "1", "--no-progress", "-q", *extra],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )  # fmt: skip
-    deadline = time.monotonic() + 60
+LONG_RUN = ["run", "--out", "run", "--epochs", "1000", "--log-every", "1", "--no-progress", "-q"]
+
+
+def wait_for_training(out: Path, proc: subprocess.Popen | ForkedProcess) -> None:
+    """Return once the run has logged a step (it would then train for minutes)."""
+    deadline = time.monotonic() + scaled(60)
     metrics = out / "metrics.jsonl"
     while not (metrics.is_file() and '"step"' in metrics.read_text()):
         if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"the run did not start training: {proc.communicate()[1]}")
-        time.sleep(0.1)
-    return proc, out
+            proc.kill() if isinstance(proc, subprocess.Popen) else proc.send_signal(9)
+            pytest.fail("the run did not start training")
+        time.sleep(0.05)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT])
-def test_a_signal_ends_the_run_with_a_true_record(tmp_path: Path, sig: signal.Signals) -> None:
-    proc, out = start_long_run(tmp_path)
-    proc.send_signal(sig)
+def test_sigterm_ends_a_real_process_with_a_true_record(tmp_path: Path) -> None:
+    """As a user starts it (a fresh interpreter): the exit status, the one line, the record."""
+    proc = subprocess.Popen([sys.executable, "-m", "trainscope", *LONG_RUN], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    wait_for_training(tmp_path / "run", proc)
+    proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=scaled(60))
-    assert proc.returncode == 128 + sig
+    assert_ended_by(signal.SIGTERM, proc.returncode, err, tmp_path / "run")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGQUIT])
+def test_a_signal_ends_the_run_with_a_true_record(
+    isolated_cli: Path, capfd: pytest.CaptureFixture[str], sig: signal.Signals
+) -> None:
+    """The other ending signals, to a run in a process forked from this one (the same
+    code; the real process is the SIGTERM test's)."""
+    proc = fork_trainscope(LONG_RUN, os.environ)
+    wait_for_training(isolated_cli / "run", proc)
+    capfd.readouterr()
+    proc.send_signal(sig)
+    code = proc.wait(timeout=scaled(60))
+    assert_ended_by(sig, code, capfd.readouterr().err, isolated_cli / "run")
+
+
+def assert_ended_by(sig: signal.Signals, code: int, err: str, out: Path) -> None:
+    assert code == 128 + sig
     lines = err.strip().splitlines()
     assert lines == [f"trainscope: terminated by {sig.name}"], lines
     summary = json.loads((out / "summary.json").read_text())
@@ -54,13 +69,16 @@ def test_a_signal_ends_the_run_with_a_true_record(tmp_path: Path, sig: signal.Si
     assert sum(e["event"] == "step" for e in events) >= 1  # flushed, every line whole
 
 
-def test_ctrl_c_is_recorded_the_same_way(tmp_path: Path) -> None:
-    proc, out = start_long_run(tmp_path)
+def test_ctrl_c_is_recorded_the_same_way(
+    isolated_cli: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    proc = fork_trainscope(LONG_RUN, os.environ)
+    wait_for_training(isolated_cli / "run", proc)
+    capfd.readouterr()
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=scaled(60))
-    assert proc.returncode == 130
-    assert err.strip().splitlines() == ["trainscope: interrupted"]
-    summary = json.loads((out / "summary.json").read_text())
+    assert proc.wait(timeout=scaled(60)) == 130
+    assert capfd.readouterr().err.strip().splitlines() == ["trainscope: interrupted"]
+    summary = json.loads((isolated_cli / "run" / "summary.json").read_text())
     assert summary["status"] == "failed" and "interrupted" in summary["error"]
 
 
