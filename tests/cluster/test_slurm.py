@@ -48,12 +48,11 @@ srun {TRAINSCOPE} run --workload digits --strategy ddp --epochs 1 --max-steps-pe
 
 
 # A run that is mostly waiting (each training sample sleeps 12 ms): longer than the
-# 5 to 35 s SLURM takes to send its signal (it checks time limits every 30 s), cheap for
-# the CPU. 1,920 samples, batch 16: 120 steps an epoch, 2 epochs, 46 s of sleep alone (and
-# the job's clock also counts the process's start), whatever the machine's speed.
+# 5 to 35 s SLURM takes to send its signal (it checks time limits every 30 s or so), cheap
+# for the CPU. 1,920 samples, batch 16: 120 steps an epoch, 3 epochs, about 75 s here.
 SLOW = ["--workload", "trainscope.lab.straggler:slow_rank", "--set", "workload.options.rank=0",
         "--set", "workload.options.delay_ms=12", "--synthetic-samples", "1920",
-        "--batch-size", "16", "--epochs", "2", "--log-every", "4", "--threads", "1",
+        "--batch-size", "16", "--epochs", "3", "--log-every", "4", "--threads", "1",
         "--optimizer", "adamw", "--lr", "0.001"]  # fmt: skip
 
 
