@@ -23,11 +23,14 @@ fixture hands any launch it cannot stand in for (``--max-restarts``, several nod
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
+import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 import traceback
 import types
@@ -187,30 +190,66 @@ def _failure_text(code: int) -> str:
 
 
 class ForkedProcess:
-    """What ``subprocess.Popen`` returns, for a process forked by this module."""
+    """What ``subprocess.Popen`` returns, for a process forked by this module:
+    ``ForkedProcess(target, *args)`` forks, and runs ``target(*args)`` in the child, which
+    must end with ``os._exit``.
 
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
+    The fork is made from a thread of its own, which becomes the child's main thread and
+    then waits for the child. Forked from the test process's main thread, the child would
+    inherit that thread's OpenMP pool (libgomp keeps one per thread that has led a
+    parallel region) without its threads: its first parallel region on more than one
+    thread would wait for them forever, as a run did in CI once an earlier test had
+    trained on two threads. A new thread has no pool to inherit, and Python makes the
+    forking thread the child's main thread, so its signal handlers are set as in a new
+    process. The thread lives as long as the child because Linux sends the child's
+    "parent died" signal (``PR_SET_PDEATHSIG``, which launched processes ask for) when
+    the thread that forked it ends, not the process.
+
+    The child leaves the test process's objects to the test process: it freezes them
+    (``gc.freeze``) before it runs anything. A DDP reducer and its gloo process group,
+    left in a reference cycle by an earlier test, would otherwise be collected in the
+    child, whose destructor waits for the group's threads, which were not forked.
+    """
+
+    def __init__(self, target: Any, *args: Any) -> None:
         self.returncode: int | None = None
+        _warm()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        started: queue.SimpleQueue[int | OSError] = queue.SimpleQueue()
+
+        def fork_and_wait() -> None:
+            try:
+                pid = os.fork()
+            except OSError as e:
+                started.put(e)
+                return
+            if pid == 0:
+                gc.freeze()  # the test process's garbage is not ours to collect: see above
+                target(*args)
+                os._exit(1)  # not reached: each target exits
+            started.put(pid)
+            _, status = os.waitpid(pid, 0)
+            self.returncode = _exit_code(status)
+
+        self._waiter = threading.Thread(target=fork_and_wait, name="forked-launch", daemon=True)
+        self._waiter.start()
+        pid = started.get()
+        if isinstance(pid, OSError):
+            raise pid
+        self.pid = pid
 
     def poll(self) -> int | None:
-        if self.returncode is None:
-            done, status = os.waitpid(self.pid, os.WNOHANG)
-            if done:
-                self.returncode = _exit_code(status)
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
-            if deadline is not None and time.monotonic() > deadline:
-                raise subprocess.TimeoutExpired(["forked"], timeout or 0)
-            time.sleep(0.01)
-        assert self.returncode is not None
+        self._waiter.join(timeout)
+        if self.returncode is None:
+            raise subprocess.TimeoutExpired(["forked"], timeout or 0)
         return self.returncode
 
     def send_signal(self, sig: int) -> None:
-        if self.poll() is None:
+        if self.returncode is None:
             os.kill(self.pid, sig)
 
 
@@ -239,22 +278,11 @@ def _warm() -> None:
     import trainscope.train.run  # noqa: F401
 
 
-def _fork(target: Any, *args: Any) -> ForkedProcess:
-    _warm()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:
-        target(*args)
-        os._exit(1)  # not reached: each target exits
-    return ForkedProcess(pid)
-
-
 def fork_trainscope(args: Sequence[str], env: Mapping[str, str]) -> ForkedProcess:
     """``trainscope ARGS`` in a process forked from this one, in environment ``env``: what
     a scheduler's task (an ``srun`` task, a pod) would start, without a fresh interpreter.
     Its output goes to this process's file descriptors (``capfd`` reads it)."""
-    return _fork(_run_worker, list(args), dict(env))
+    return ForkedProcess(_run_worker, list(args), dict(env))
 
 
 @contextlib.contextmanager
@@ -292,7 +320,7 @@ def forked_popen(
             parsed = _parse_agent(argv)
             if parsed is not None:
                 note(("torchrun", parsed[1]))
-                return _fork(_agent, parsed[1], parsed[0], env)
+                return ForkedProcess(_agent, parsed[1], parsed[0], env)
         elif argv[2] == launcher.WORKER_CODE:
 
             def single(args: Sequence[str]) -> None:
@@ -300,6 +328,6 @@ def forked_popen(
                 _run_worker(args, {**env})
 
             note(("process", list(argv[3:])))
-            return _fork(single, list(argv[3:]))
+            return ForkedProcess(single, list(argv[3:]))
     note(("popen", list(argv)))
     return subprocess.Popen(argv, env=env, **kwargs)
