@@ -3,24 +3,29 @@
 the study directory (strict JSON, resumable, refused for another plan), the report; and
 every refusal in one line before any process starts or any directory is made.
 
-The real sweep runs once per module (about 10 s on 2 busy cores) and once more to resume.
+The sweep runs once per module and once more to resume, in-process, with the launch's two
+ranks forked from the test process (tests/forked_launch.py): what the ranks measure and
+record is tested here, not how torchrun starts them. ``trainscope collectives`` launched
+for real (torchrun, fresh interpreters): tests/collectives/test_two_nodes.py.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
-import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import scaled
+from tests.forked_launch import forked_launches
 from trainscope.cli import main
 
-pytestmark = pytest.mark.timeout(150)
+pytestmark = pytest.mark.timeout(60)
 
 TINY = [
     "collectives", "--nproc", "2", "--backend", "gloo", "--sizes", "1K,4K",
@@ -29,13 +34,56 @@ TINY = [
 OPS = ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all")
 
 
-def trainscope(cwd: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    """``trainscope ARGS`` as a user runs it: the console script, in ``cwd``."""
-    script = Path(sys.executable).parent / "trainscope"
-    argv = [str(script)] if script.exists() else [sys.executable, "-m", "trainscope.cli"]
-    return subprocess.run(
-        [*argv, *args], cwd=cwd, capture_output=True, text=True, timeout=scaled(timeout)
-    )
+class Ended:
+    """How a command ended: its exit code and what it (and its ranks) printed."""
+
+    def __init__(self, returncode: int, stdout: str, stderr: str) -> None:
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
+@contextlib.contextmanager
+def fd_output(folder: Path) -> Iterator[list[str]]:
+    """File descriptors 1 and 2 (and sys.stdout/err) sent to files in ``folder`` for the
+    block, as a pipe would take them, so that forked ranks' output is caught too (a module
+    fixture has no capfd); yields a list that then holds (stdout, stderr)."""
+    got: list[str] = []
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved, old = [os.dup(1), os.dup(2)], (sys.stdout, sys.stderr)
+    paths = [folder / "stdout.txt", folder / "stderr.txt"]
+    files = [open(p, "w+", encoding="utf-8") for p in paths]  # noqa: SIM115
+    try:
+        for fd, f in zip((1, 2), files, strict=True):
+            os.dup2(f.fileno(), fd)
+        sys.stdout, sys.stderr = files
+        yield got
+    finally:
+        for f in files:
+            f.flush()
+        sys.stdout, sys.stderr = old
+        for fd, s in zip((1, 2), saved, strict=True):
+            os.dup2(s, fd)
+            os.close(s)
+        for f in files:
+            f.close()
+        got.extend(p.read_text(encoding="utf-8") for p in paths)
+
+
+def trainscope(*args: str) -> Ended:
+    """``trainscope ARGS`` in this process, the launch's ranks forked: how it ended.
+    ``sys.argv`` is what the console script would see (the study records it)."""
+    console = str(Path(sys.executable).parent / "trainscope")
+    with (
+        pytest.MonkeyPatch.context() as patch,
+        forked_launches(),
+        fd_output(Path(os.environ["TRAINSCOPE_TEST_OUTPUT"])) as got,
+    ):
+        patch.setattr(sys, "argv", [console, *args])
+        try:
+            code = main(list(args))
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 1
+    return Ended(code, *got)
 
 
 def strict_json(path: Path) -> dict[str, Any]:
@@ -48,11 +96,14 @@ def strict_json(path: Path) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess]:
+def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Ended]:
     """One real sweep: its study directory and how the command ended."""
     cwd = tmp_path_factory.mktemp("collectives")
     out = cwd / "sweep"
-    return out, trainscope(cwd, *TINY, "--out", str(out))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(cwd)
+        patch.setenv("TRAINSCOPE_TEST_OUTPUT", str(cwd))
+        return out, trainscope(*TINY, "--out", str(out))
 
 
 def test_the_sweep_prints_its_tables_and_records_every_result(swept) -> None:
@@ -93,7 +144,7 @@ def test_the_sweep_prints_its_tables_and_records_every_result(swept) -> None:
 
 
 def test_the_report_rebuilds_with_every_table_and_the_plot(swept, tmp_path, capsys) -> None:
-    from tests.reports.latex import compile_latex, latex_problems
+    from tests.reports.latex import latex_problems
 
     out, proc = swept
     assert proc.returncode == 0, proc.stderr
@@ -109,10 +160,20 @@ def test_the_report_rebuilds_with_every_table_and_the_plot(swept, tmp_path, caps
     # examples, identities, one per op, the cost model
     assert tex.count("\\begin{table}") == 6 + 1 + 6 + 1
     assert "Cost model" in md and "tab:collectives-fit" in tex
-    compile_latex(tex, tmp_path)
+    assert tex == (out / "report" / "tables.tex").read_text(encoding="utf-8")
 
 
-def test_a_resumed_sweep_measures_only_what_is_missing(swept, tmp_path) -> None:
+@pytest.mark.slow  # pdflatex
+def test_the_report_tables_compile(swept, tmp_path) -> None:
+    """The sweep's tables.tex (the same as a rebuilt report's, above) compiles and fits."""
+    from tests.reports.latex import compile_latex
+
+    out, proc = swept
+    assert proc.returncode == 0, proc.stderr
+    compile_latex((out / "report" / "tables.tex").read_text(encoding="utf-8"), tmp_path)
+
+
+def test_a_resumed_sweep_measures_only_what_is_missing(swept, tmp_path, monkeypatch) -> None:
     out, proc = swept
     assert proc.returncode == 0, proc.stderr
     again = tmp_path / "sweep"
@@ -121,7 +182,9 @@ def test_a_resumed_sweep_measures_only_what_is_missing(swept, tmp_path) -> None:
     kept = data["results"][:-1]
     data["results"], data["status"] = kept, "interrupted"
     (again / "study.json").write_text(json.dumps(data), encoding="utf-8")
-    proc = trainscope(tmp_path, *TINY, "--out", str(again), "--no-report")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TRAINSCOPE_TEST_OUTPUT", str(tmp_path))
+    proc = trainscope(*TINY, "--out", str(again), "--no-report")
     assert proc.returncode == 0, proc.stderr
     assert "11 kept from before" in proc.stderr and "[12/12] all_to_all 4K" in proc.stderr
     assert "[11/12]" not in proc.stderr  # nothing saved was measured again

@@ -1,19 +1,26 @@
 """strategy pipeline on 2 and 4 gloo CPU processes: parity with one process, the bubble's
 accounting, and what a rank keeps.
 
-A 4-block character GPT on Tiny Shakespeare (the shared copy; skipped without it), k = 4
-AdamW steps with gradient clipping on, the same seed and global batch. The pipeline
-changes only the order of sums: each microbatch's loss is its own mean and the schedule
-divides gradients by M (the whole batch's mean), the tied embedding's two gradient parts
-are summed across the first and the last stage, and the clipping norm is summed over the
-stages. Measured: weights within 1e-8 of one process's, losses within 1e-6. The
+A 4-block character GPT on a 17,000-character corpus in Tiny Shakespeare's 65 symbols
+(written by the test, so nothing is skipped without the shared copy; the full 1.1M
+characters cost each rank ~1.5 s of encoding and shuffling windows, and parity does not
+depend on the text), k = 4 AdamW steps with gradient clipping on, the same seed and
+global batch. The pipeline changes only the order of sums: each microbatch's loss is its
+own mean and the schedule divides gradients by M (the whole batch's mean), the tied
+embedding's two gradient parts are summed across the first and the last stage, and the
+clipping norm is summed over the stages. Measured: weights within 1e-8 of one process's,
+losses within 1e-6. The
 tolerances below leave a wide margin for that rounding; a missing gradient part or a
 wrong divisor moves weights by ~1e-3 (the lr) and the test fails by far.
-"""
+
+Every launch here forks its ranks from the test process (tests/forked_launch.py): what
+the ranks train and record is tested, not how torchrun starts them (tests/launch/ and
+tests/strategies/test_user_torchrun.py start real ones)."""
 
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,14 +28,31 @@ from typing import Any
 import pytest
 import torch
 
+from tests.forked_launch import forked_launches
 from tests.strategies.test_parity import step_lines, weights
 from trainscope.cli import main
 
 STEPS = 4
 ATOL = 1e-6
 LOSS_ATOL = 1e-5
-LAUNCH_TIMEOUT = 300
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "tinyshakespeare"
+# A test runs at most a few forked launches of a few seconds each (scaled by conftest).
+LAUNCH_TIMEOUT = 120
+# Tiny Shakespeare's symbols: the vocabulary (65) the estimates below are computed for.
+ALPHABET = "\n !$&',-.3:;?ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+WORDS = ["to", "be", "or", "not", "the", "king", "queen", "my", "lord", "and", "thou"]
+
+
+def write_corpus(folder: Path) -> Path:
+    """``folder/input.txt`` (gpt-char's layout): every symbol of ALPHABET once, then
+    ~20,000 characters of lines of words drawn with a fixed seed (skewed towards a few
+    letters, as text is: 4 steps visibly lower the loss). Returns ``folder``."""
+    rng = random.Random(0)
+    lines = [" ".join(rng.choices(WORDS, k=8)).capitalize() + "." for _ in range(500)]
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "input.txt").write_text(ALPHABET + "\n".join(lines) + "\n")
+    return folder
 
 
 def _common(data: Path) -> list[str]:
@@ -46,15 +70,15 @@ def _common(data: Path) -> list[str]:
 @pytest.fixture(scope="module")
 def pipe_run(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
     """``get(*flags)``: the run directory of gpt-char with those flags, run once."""
-    if not (DATA / "input.txt").is_file():
-        pytest.skip("shared Tiny Shakespeare not present")
     root = tmp_path_factory.mktemp("pipeline")
+    data = write_corpus(root / "corpus")
     done: dict[tuple[str, ...], Path] = {}
 
     def get(*flags: str) -> Path:
         if flags not in done:
             out = root / (("-".join(flags) or "single").replace("-", "_").strip("_"))
-            code = main([*_common(DATA), *flags, "--out", str(out)])
+            with forked_launches():  # what the ranks train is tested, not how they start
+                code = main([*_common(data), *flags, "--out", str(out)])
             summary = json.loads((out / "summary.json").read_text())
             assert code == 0 and summary["status"] == "completed", summary.get("error")
             done[flags] = out
@@ -79,7 +103,7 @@ LAYOUTS = {
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(3 * LAUNCH_TIMEOUT)
+@pytest.mark.timeout(LAUNCH_TIMEOUT)
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_pipeline_trains_what_one_process_trains(layout: str, pipe_run) -> None:
     single = pipe_run()
@@ -99,7 +123,7 @@ def test_pipeline_trains_what_one_process_trains(layout: str, pipe_run) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(3 * LAUNCH_TIMEOUT)
+@pytest.mark.timeout(LAUNCH_TIMEOUT)
 def test_the_stages_of_every_rank_add_up_and_the_bubble_is_recorded(pipe_run) -> None:
     run = pipe_run("--strategy", "pipeline", *LAYOUTS["gpipe-2"])
     summary = _summary(run)
@@ -141,7 +165,7 @@ def test_the_stages_of_every_rank_add_up_and_the_bubble_is_recorded(pipe_run) ->
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(3 * LAUNCH_TIMEOUT)
+@pytest.mark.timeout(LAUNCH_TIMEOUT)
 def test_each_rank_holds_only_its_stages(pipe_run) -> None:
     run = pipe_run("--strategy", "pipeline", *LAYOUTS["gpipe-2"])
     single = _summary(pipe_run())["memory"]["parameters_bytes"]
@@ -154,7 +178,7 @@ def test_each_rank_holds_only_its_stages(pipe_run) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(3 * LAUNCH_TIMEOUT)
+@pytest.mark.timeout(LAUNCH_TIMEOUT)
 def test_gpipe_holds_every_microbatch_and_1f1b_at_most_its_stages_share(pipe_run) -> None:
     """With S = 2 stages and M = 4 microbatches, GPipe's stage 0 holds the activations of
     all 4 at once; 1F1B's stage k holds at most S - k = 2 - k of them (the meter's peak of
@@ -175,7 +199,7 @@ def test_gpipe_holds_every_microbatch_and_1f1b_at_most_its_stages_share(pipe_run
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(3 * LAUNCH_TIMEOUT)
+@pytest.mark.timeout(LAUNCH_TIMEOUT)
 def test_a_measured_split_records_the_costs_it_cut_by(pipe_run) -> None:
     pipeline = _summary(pipe_run("--strategy", "pipeline", *LAYOUTS["measured-2"]))["parallel"][
         "pipeline"
@@ -188,7 +212,7 @@ def test_a_measured_split_records_the_costs_it_cut_by(pipe_run) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(3 * LAUNCH_TIMEOUT)
+@pytest.mark.timeout(LAUNCH_TIMEOUT)
 def test_two_replicas_of_a_pipeline_record_their_grid(pipe_run) -> None:
     run = pipe_run("--strategy", "pipeline", *LAYOUTS["dp2-pp2"])
     summary = _summary(run)
@@ -201,7 +225,7 @@ def test_two_replicas_of_a_pipeline_record_their_grid(pipe_run) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(3 * LAUNCH_TIMEOUT)
+@pytest.mark.timeout(LAUNCH_TIMEOUT)
 def test_every_microbatch_is_on_its_ranks_track_in_the_trace(pipe_run, tmp_path: Path) -> None:
     from tests.reports.test_trace import check_trace, load_strict
     from trainscope.records.run_dir import load_run
@@ -238,7 +262,7 @@ def _arch(n_head: int = 2):  # noqa: ANN202
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(3 * LAUNCH_TIMEOUT)
+@pytest.mark.timeout(LAUNCH_TIMEOUT)
 @pytest.mark.parametrize("layout", ["gpipe-2", "1f1b-2", "interleaved-2"])
 def test_the_estimator_predicts_each_stages_memory(layout: str, pipe_run) -> None:
     """estimate-memory --pp-stages against the meter, rank by rank: model states exactly
@@ -268,11 +292,13 @@ def test_the_estimator_predicts_each_stages_memory(layout: str, pipe_run) -> Non
 def resumed_equals_uninterrupted(tmp_path: Path, *flags: str) -> None:
     """2 epochs in one go, and 1 epoch checkpointed then resumed to 2: the same weights,
     bit for bit (each rank saves and restores its own stages' or shards' state)."""
-    common = [*_common(DATA), "--max-steps-per-epoch", "3", *flags]
+    common = [*_common(write_corpus(tmp_path / "corpus")), "--max-steps-per-epoch", "3", *flags]
     whole, split = tmp_path / "whole", tmp_path / "split"
-    assert main([*common, "--epochs", "2", "--out", str(whole)]) == 0
-    assert main([*common, "--epochs", "1", "--checkpoint-every-epoch", "--out", str(split)]) == 0
-    assert main(["run", "--resume", str(split), "--epochs", "2", "-q", "--no-progress"]) == 0
+    checkpointed = [*common, "--epochs", "1", "--checkpoint-every-epoch", "--out", str(split)]
+    with forked_launches():  # each rank's own checkpoint is tested, not how ranks start
+        assert main([*common, "--epochs", "2", "--out", str(whole)]) == 0
+        assert main(checkpointed) == 0
+        assert main(["run", "--resume", str(split), "--epochs", "2", "-q", "--no-progress"]) == 0
     summary = _summary(split)
     assert summary["status"] == "completed" and summary["steps"] == 6
     got, want = weights(split), weights(whole)
@@ -282,8 +308,6 @@ def resumed_equals_uninterrupted(tmp_path: Path, *flags: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(3 * LAUNCH_TIMEOUT)
+@pytest.mark.timeout(LAUNCH_TIMEOUT)
 def test_a_pipeline_resumes_bit_exact(tmp_path: Path) -> None:
-    if not (DATA / "input.txt").is_file():
-        pytest.skip("shared Tiny Shakespeare not present")
     resumed_equals_uninterrupted(tmp_path, "--strategy", "pipeline", "--nproc", "2")

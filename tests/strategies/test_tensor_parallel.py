@@ -7,6 +7,10 @@ the order of sums inside the split matmuls (each rank sums its share of the inne
 dimension, then the all-reduce adds the shares): measured, weights within 2e-8 of one
 process's and losses within 1e-6; a missed all-reduce or a head on the wrong rank is off
 by far more (the losses differ in the first step).
+
+The runs fork their ranks from the test process (tests/forked_launch.py, through
+``pipe_run``), and so do the two ranks of the clipping-norm test: what the ranks compute
+is tested here, not how they start.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import pytest
 import torch
 
 from tests.strategies.test_parity import step_lines, weights
-from tests.strategies.test_pipeline import DATA, LAUNCH_TIMEOUT, STEPS, pipe_run
+from tests.strategies.test_pipeline import LAUNCH_TIMEOUT, STEPS, pipe_run
 from trainscope.config import from_dict
 from trainscope.errors import ConfigError
 from trainscope.strategies.layout import check_tp
@@ -110,7 +114,7 @@ def _summary(run: Path, rank: int = 0) -> dict[str, Any]:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(3 * LAUNCH_TIMEOUT)
+@pytest.mark.timeout(LAUNCH_TIMEOUT)
 @pytest.mark.parametrize("layout", [("--nproc", "2"), ("--nproc", "4"),
                                     ("--nproc", "4", "--dp-size", "2"),
                                     ("--nproc", "2", "--sequence-parallel"),
@@ -134,7 +138,7 @@ def test_tp_trains_what_one_process_trains(layout: tuple[str, ...], tp_run) -> N
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(3 * LAUNCH_TIMEOUT)
+@pytest.mark.timeout(LAUNCH_TIMEOUT)
 def test_a_step_all_reduces_four_times_per_block_and_each_rank_holds_half_the_blocks(
     tp_run,
 ) -> None:
@@ -156,7 +160,7 @@ def test_a_step_all_reduces_four_times_per_block_and_each_rank_holds_half_the_bl
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(3 * LAUNCH_TIMEOUT)
+@pytest.mark.timeout(LAUNCH_TIMEOUT)
 def test_the_estimator_predicts_a_ranks_memory(tp_run) -> None:
     """estimate-memory --tp-size against the meter: model states and saved activations
     per rank, both counted in bytes, equal."""
@@ -182,17 +186,15 @@ def test_the_estimator_predicts_a_ranks_memory(tp_run) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(3 * LAUNCH_TIMEOUT)
+@pytest.mark.timeout(LAUNCH_TIMEOUT)
 def test_tp_resumes_bit_exact(tmp_path: Path) -> None:
     from tests.strategies.test_pipeline import resumed_equals_uninterrupted
 
-    if not (DATA / "input.txt").is_file():
-        pytest.skip("shared Tiny Shakespeare not present")
     resumed_equals_uninterrupted(tmp_path, "--n-head", "4", "--strategy", "tp", "--nproc", "2")
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(3 * LAUNCH_TIMEOUT)
+@pytest.mark.timeout(LAUNCH_TIMEOUT)
 def test_sequence_parallelism_gathers_and_scatters_what_the_split_implies(tp_run) -> None:
     from trainscope.comm.tensor_parallel import predict_from_summary
 
@@ -271,8 +273,10 @@ def test_the_clipping_norm_counts_a_norms_partial_gradients_whole(tmp_path: Path
 
     from trainscope.runtime.dist import free_port
 
+    # Forked, not spawned: the two ranks need torch and trainscope, which this process has
+    # imported already (a spawned one takes ~3 s to import them again).
     mp.start_processes(_grad_norms, args=(free_port(), str(tmp_path)), nprocs=2,
-                       start_method="spawn")  # fmt: skip
+                       start_method="fork")  # fmt: skip
     for rank in (0, 1):
         norms = json.loads((tmp_path / f"rank{rank}.json").read_text())
         assert norms["tp"] == pytest.approx(norms["whole"], rel=1e-6)

@@ -4,6 +4,11 @@
 parse the command line; without ``--out`` each would name its own timestamped run
 directory, so rank 0 chooses and the others follow (tested here by leaving ``--out``
 out and finding exactly one run directory).
+
+A real launch, on purpose: the user's own ``torchrun`` and the two ``trainscope`` workers
+it starts are fresh processes, with the variables torchrun gives them; this is the test of
+that start (tests/forked_launch.py stands in only for trainscope's own launcher). ``slow``:
+three interpreters import torch, about 10 s.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from tests.strategies.test_parity import COMMON, assert_weights_close, run_cli, 
 from trainscope.runtime.dist import free_port
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_torchrun_started_by_the_user_with_scaled_lr(tmp_path: Path) -> None:
     single = tmp_path / "single"

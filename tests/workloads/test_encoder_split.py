@@ -9,6 +9,8 @@ Dropout is off (``dropout=0``): a split model draws other masks than a whole one
 
 Measured (this machine): weights within 2e-7 and losses within 1e-7
 of one process's.
+The 2-process runs fork their ranks from the test process (tests/forked_launch.py): what
+they train is tested, not how torchrun starts them.
 The tolerances below leave margin for rounding; a missing gradient part, a wrong mask or
 a wrong divisor moves weights by ~1e-3 (the lr) and fails by far.
 """
@@ -27,6 +29,7 @@ pytest.importorskip("peft")
 pytest.importorskip("tokenizers")
 
 from tests.data.test_glue import write_sst2  # noqa: E402
+from tests.forked_launch import forked_launches  # noqa: E402
 from tests.strategies.test_parity import step_lines, weights  # noqa: E402
 from trainscope.cli import main  # noqa: E402
 from trainscope.strategies.tensor_parallel import expand_adapters, model_heads  # noqa: E402
@@ -123,7 +126,8 @@ def test_lora_layers_expand_into_the_linear_layers_that_split() -> None:
 
 # --------------------------------------------------------------------------- 2 processes
 
-LAUNCH_TIMEOUT = 300
+# A test runs at most two forked launches of a few seconds each (scaled by conftest).
+LAUNCH_TIMEOUT = 120
 STEPS = 4
 
 
@@ -152,7 +156,8 @@ def encoder_run(tmp_path_factory: pytest.TempPathFactory) -> Any:
     def get(*flags: str) -> Path:
         if flags not in done:
             out = root / f"run{len(done)}"
-            code = main([*_common(data), *flags, "--out", str(out)])
+            with forked_launches():  # what the ranks train is tested, not how they start
+                code = main([*_common(data), *flags, "--out", str(out)])
             summary = json.loads((out / "summary.json").read_text())
             assert code == 0 and summary["status"] == "completed", summary.get("error")
             done[flags] = out
@@ -171,7 +176,7 @@ SPLITS = {
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(3 * LAUNCH_TIMEOUT)
+@pytest.mark.timeout(LAUNCH_TIMEOUT)
 @pytest.mark.parametrize("split", SPLITS)
 def test_a_split_encoder_trains_what_one_process_trains(split: str, encoder_run) -> None:
     single = encoder_run(*(LORA if split.startswith("lora") else ()))
@@ -191,7 +196,7 @@ def test_a_split_encoder_trains_what_one_process_trains(split: str, encoder_run)
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(3 * LAUNCH_TIMEOUT)
+@pytest.mark.timeout(LAUNCH_TIMEOUT)
 def test_a_split_encoder_all_reduces_once_per_split_layer(encoder_run) -> None:
     """BERT's separate query, key and value layers each all-reduce their input gradient:
     6 all-reduces per layer (2 forward, 4 backward), where a fused Q/K/V makes 4. Under

@@ -149,33 +149,16 @@ def test_a_transformers_language_model_by_name_trains_with_its_layers_as_blocks(
 
 @pytest.mark.skipif(not MINILM.is_dir(), reason="needs ../shared/data/minilm-l6")
 def test_a_pretrained_classifier_by_folder_gets_a_new_head_and_trains(
-    user_lm: str, tmp_path: Path
-) -> None:
-    spec = f"{user_lm}:hf_cls"
-    wl = build_workload(WorkloadConfig(name=spec, options={"path": str(MINILM)}), tmp_path)
-    assert wl.num_classes == 2 and len(wl.model.blocks) == 6  # BERT's encoder.layer
-    summary = _run(spec, tmp_path / "cls", {"path": str(MINILM)}, lr=1e-4)
-    assert summary["status"] == "completed" and summary["test_accuracy"] is None
-    assert summary["epochs"][-1]["val_accuracy"] is not None
-
-
-def test_a_model_name_that_cannot_load_is_one_clear_error(user_lm: str, tmp_path: Path) -> None:
-    cfg = WorkloadConfig(name=f"{user_lm}:by_bad_name", options={"path": str(tmp_path / "none")})
-    with pytest.raises(ConfigError, match="cannot load model") as e:
-        build_workload(cfg, tmp_path)
-    assert "\n" not in str(e.value)
-
-
-@pytest.mark.skipif(not MINILM.is_dir(), reason="needs ../shared/data/minilm-l6")
-def test_a_new_head_is_said_in_one_line_of_trainscopes_own(
     user_lm: str, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    """transformers' load report (a table with "classifier MISSING") is expected for a new
+    """A BERT folder loads with its 6 layers as blocks and trains with a new 2-class head.
+    transformers' load report (a table with "classifier MISSING") is expected for a new
     head: trainscope holds it back and says so in one line, which the run prints and keeps
-    in the summary's notes."""
+    in the summary's notes. (One build and one run for both: each costs a pretrained load.)"""
     spec = f"{user_lm}:hf_cls"
     wl = build_workload(WorkloadConfig(name=spec, options={"path": str(MINILM)}), tmp_path)
     out, err = capfd.readouterr()
+    assert wl.num_classes == 2 and len(wl.model.blocks) == 6  # BERT's encoder.layer
     assert "LOAD REPORT" not in out + err and "MISSING |" not in out + err
     (note,) = wl.notes
     assert note.startswith(
@@ -184,7 +167,16 @@ def test_a_new_head_is_said_in_one_line_of_trainscopes_own(
     assert "classification head (classifier.bias, classifier.weight) is new" in note
     assert "expected for a new task" in note and "\n" not in note
     summary = _run(spec, tmp_path / "cls", {"path": str(MINILM)}, lr=1e-4)
+    assert summary["status"] == "completed" and summary["test_accuracy"] is None
+    assert summary["epochs"][-1]["val_accuracy"] is not None
     assert note in summary["notes"]
+
+
+def test_a_model_name_that_cannot_load_is_one_clear_error(user_lm: str, tmp_path: Path) -> None:
+    cfg = WorkloadConfig(name=f"{user_lm}:by_bad_name", options={"path": str(tmp_path / "none")})
+    with pytest.raises(ConfigError, match="cannot load model") as e:
+        build_workload(cfg, tmp_path)
+    assert "\n" not in str(e.value)
 
 
 def test_the_load_note_names_what_is_not_expected() -> None:

@@ -6,6 +6,9 @@ tiny sizes on data the test writes (nothing downloaded). gpt-char's tiny preset 
 dropout, so its distributed runs must also reproduce the one-process losses; BERT's
 dropout draws different masks on each rank, so text-cls is checked for completing with
 finite losses and the LoRA parameter counts, not for equal numbers.
+
+The 2-process runs fork their ranks from the test process (tests/forked_launch.py): what
+they train is tested, not how torchrun starts them.
 """
 
 from __future__ import annotations
@@ -18,9 +21,11 @@ from typing import Any
 
 import pytest
 
+from tests.forked_launch import forked_launches
 from trainscope.cli import main
 
-LAUNCH_TIMEOUT = 300
+# One forked launch of a few seconds per test (scaled by conftest).
+LAUNCH_TIMEOUT = 120
 COMMON = ["--epochs", "1", "--max-steps-per-epoch", "3", "--batch-size", "8", "--log-every", "1"]
 COMMON += ["--device", "cpu", "--optimizer", "adamw", "--lr", "0.001", "--seed", "0"]
 COMMON += ["--set", "dist.timeout_s=60", "-q", "--no-progress"]
@@ -29,8 +34,10 @@ LOSS_ATOL = 1e-5
 
 
 def run(out: Path, *args: str) -> dict[str, Any]:
-    """``trainscope run`` in-process (launching torchrun for --nproc 2); the summary."""
-    code = main(["run", *args, *COMMON, "--out", str(out)])
+    """``trainscope run`` in-process (for --nproc 2 its ranks forked from this process:
+    tests/forked_launch.py); the summary."""
+    with forked_launches():
+        code = main(["run", *args, *COMMON, "--out", str(out)])
     summary = json.loads((out / "summary.json").read_text())
     assert code == 0 and summary["status"] == "completed", summary.get("error")
     return summary
