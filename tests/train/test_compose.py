@@ -37,6 +37,8 @@ def test_unknown_policies_are_refused(bad) -> None:
         RuntimeConfig(checkpointing=bad)
 
 
+@pytest.mark.slow  # inductor compiles C++ kernels: half a minute on 2 cores
+@pytest.mark.timeout(300)
 def test_compile_is_its_own_stage_and_trains_the_same(tmp_path) -> None:
     """--compile: compilation is timed apart (not in setup, not in the steps), the stages
     still add up to the wall time, and the losses are those of the eager run."""
@@ -45,12 +47,18 @@ def test_compile_is_its_own_stage_and_trains_the_same(tmp_path) -> None:
         return run(
             from_dict(
                 {
+                    # LeNet5 on 128 training samples and 32 in each evaluation split, in
+                    # batches of 32: every batch has one shape, so the two graphs the
+                    # warm-up compiles (training, evaluation) are all there is to compile.
+                    "workload": {"name": "synthetic", "synthetic_samples": 128,
+                                 "synthetic_shape": [1, 12, 12]},
+                    "data": {"batch_size": 32},
                     "out": str(tmp_path / name),
                     "train": {"epochs": 1, "max_steps_per_epoch": 4, "log_every": 1},
                     "runtime": {"compile": compiled, "progress": False},
                 }
             )
-        )
+        )  # fmt: skip
 
     eager, compiled = one("eager", False), one("compiled", True)
     assert "compile" not in eager["stages_s"]

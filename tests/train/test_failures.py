@@ -7,21 +7,19 @@ from __future__ import annotations
 
 import errno
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
+from tests.train.fault_driver import trainscope
 from trainscope.cli import main
 from trainscope.config import from_dict
 from trainscope.errors import ConfigError
 from trainscope.runtime.watchdog import StalledRank
 from trainscope.train.failures import describe, explain
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = pytest.mark.timeout(60)
 
 
 def _cfg(nproc: int = 2, timeout: float = 20, stall: float = 60) -> SimpleNamespace:
@@ -133,12 +131,9 @@ def test_a_run_whose_disk_fills_up_says_so_in_one_line(
 def test_a_run_killed_while_writing_its_weights_leaves_nothing_overwrite_cannot_remove(
     tmp_path: Path,
 ) -> None:
-    out = tmp_path / "r"
-    code = "from trainscope.cli import main; raise SystemExit(main())"
-    argv = [sys.executable, "-c", code, "run", "--epochs", "1", "--max-steps-per-epoch", "3",
-            "--out", str(out), "-q"]  # fmt: skip
-    env = {**os.environ, "TRAINSCOPE_FAULT": "step=3,stage=weights"}
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    out = tmp_path / "r"  # the killed run: a process of its own, forked (fault_driver.py)
+    argv = ["run", "--epochs", "1", "--max-steps-per-epoch", "3", "--out", str(out), "-q"]
+    done = trainscope(*argv, fault="step=3,stage=weights")
     assert done.returncode == -9, done.stderr  # SIGKILL with the weights written, not moved
     leftovers = [p for p in out.iterdir() if p.name.startswith(".tmp-trainscope-")]
     assert [p.name.rsplit("-", 1)[0] for p in leftovers] == [".tmp-trainscope-weights"]
@@ -175,13 +170,20 @@ def test_a_users_factory_that_raises_is_said_to_be_theirs(
     assert summary["status"] == "failed" and "raised TypeError" in summary["error"]
 
 
-def test_a_killed_worker_seen_as_a_reset_connection_is_named() -> None:
+def test_a_killed_worker_seen_as_a_reset_connection_is_named(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Under load, the main process can be reading the batch a worker was sending when
     the worker is killed: torch then raises ConnectionResetError, not its "worker is
     killed" error. The iterator in the traceback still knows which worker ended."""
     from types import SimpleNamespace
 
+    from trainscope.train import failures
     from trainscope.train.failures import explain
+
+    # With every worker alive, explain waits this long for one to be seen ended: the
+    # answer is the same after 0.1 s as after its 2 s.
+    monkeypatch.setattr(failures, "WORKER_END_WAIT_S", 0.1)
 
     class Iterator:
         _workers = [SimpleNamespace(pid=41, exitcode=None), SimpleNamespace(pid=42, exitcode=-9)]

@@ -6,16 +6,13 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.conftest import scaled
+from tests.train.fault_driver import trainscope
 from trainscope.config import from_dict
 from trainscope.errors import ConfigError
 from trainscope.train.optimizers import MuonWithAdamW, build_muon, muon_split
@@ -23,7 +20,7 @@ from trainscope.train.schedule import make_scheduler
 from trainscope.workloads.gpt import GPT, GPTConfig
 from trainscope.workloads.lenet import LeNet5
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = pytest.mark.timeout(120)
 
 
 def test_muon_trains_the_hidden_matrices_and_adamw_the_rest() -> None:
@@ -86,18 +83,13 @@ def test_refused_where_it_cannot_apply() -> None:
         from_dict({"train": {"optimizer": "muon"}, "dist": {"strategy": "fsdp", "nproc": 2}})
 
 
-def trainscope(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    script = Path(sys.executable).parent / "trainscope"
-    argv = [str(script)] if script.exists() else [sys.executable, "-m", "trainscope.cli"]
-    return subprocess.run([*argv, *args], capture_output=True, text=True, timeout=scaled(200),
-                          env={**os.environ, **(env or {})})  # fmt: skip
-
-
 def killed_and_resumed(args: list[str], tmp_path: Path, fault: str) -> tuple[Path, Path]:
-    """``run *args`` uninterrupted (ref), and killed at ``fault`` then resumed (cut)."""
+    """``run *args`` uninterrupted (ref), and killed at ``fault`` then resumed (cut): each
+    a process of its own, forked from this one (``fault_driver.py``)."""
     ref, cut = tmp_path / "ref", tmp_path / "cut"
-    assert trainscope("run", *args, "--out", str(ref)).returncode == 0
-    killed = trainscope("run", *args, "--out", str(cut), env={"TRAINSCOPE_FAULT": fault})
+    done = trainscope("run", *args, "--out", str(ref))
+    assert done.returncode == 0, done.stderr
+    killed = trainscope("run", *args, "--out", str(cut), fault=fault)
     assert killed.returncode != 0
     done = trainscope("run", "--resume", str(cut), "-q", "--no-progress")
     assert done.returncode == 0, done.stderr

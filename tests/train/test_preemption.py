@@ -1,7 +1,14 @@
 """Preemption: a scheduler's signal (SLURM's pre-timeout SIGUSR1, SIGTERM) reaches one
 rank; every rank stops at the same log interval after writing its checkpoint, the record
 says preempted (or cancelled, when SLURM says so), and the same command with --requeue
-goes on from the checkpoint to the weights of an uninterrupted run."""
+goes on from the checkpoint to the weights of an uninterrupted run.
+
+Every run here is a process of its own (it signals itself, exits 128 + the signal, is
+started again), forked from the test process (``fault_driver.py``): the ranks of the
+two-rank tests are started as srun or a PyTorchJob starts them, one command each, with no
+launcher of trainscope's or torchrun between, so what is asserted is what the processes
+do on their own, not how an interpreter starts. The same end to end from real launches
+(sbatch, scancel, SLURM's SIGUSR1 and requeue): tests/cluster/test_slurm.py."""
 
 from __future__ import annotations
 
@@ -9,8 +16,6 @@ import json
 import os
 import signal
 import stat
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,34 +23,20 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.conftest import scaled
+from tests.train.fault_driver import start, trainscope
+from trainscope.cli import main
 from trainscope.errors import ConfigError, Terminated
 from trainscope.launch.cluster import requeued_start
 from trainscope.runtime.dist import free_port
 from trainscope.runtime.signals import preempt_signal, preemption_noted
 from trainscope.train import preemption
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = pytest.mark.timeout(120)
 
 # 320 samples, batch 16: 20 steps an epoch, 40 in all; steps read back every 4.
 SMALL = ["--workload", "synthetic", "--synthetic-samples", "320", "--synthetic-shape", "1",
          "12", "12", "--batch-size", "16", "--epochs", "2", "-q", "--no-progress",
          "--log-every", "4", "--optimizer", "adamw", "--lr", "0.001", "--threads", "1"]  # fmt: skip
-
-
-def trainscope(
-    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
-    background: bool = False,
-) -> subprocess.CompletedProcess | subprocess.Popen:  # fmt: skip
-    script = Path(sys.executable).parent / "trainscope"
-    argv = [str(script)] if script.exists() else [sys.executable, "-m", "trainscope.cli"]
-    full = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "RANK"))}
-    full.update(env or {})
-    if background:
-        return subprocess.Popen([*argv, *args], env=full, cwd=cwd, text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
-    return subprocess.run([*argv, *args], capture_output=True, text=True, env=full, cwd=cwd,
-                          timeout=scaled(200))  # fmt: skip
 
 
 def same_weights(a: Path, b: Path) -> bool:
@@ -69,8 +60,7 @@ def test_a_first_signal_is_noted_and_a_second_stops_at_once() -> None:
 def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The uninterrupted run every preempted one must end as."""
     ref = tmp_path_factory.mktemp("ref") / "run"
-    done = trainscope("run", *SMALL, "--out", str(ref))
-    assert done.returncode == 0, done.stderr
+    assert main(["run", *SMALL, "--out", str(ref)]) == 0  # in-process: no signal in it
     return ref
 
 
@@ -86,8 +76,8 @@ def test_a_run_with_requeue_that_is_signalled_stops_checkpointed_and_goes_on(
     tmp_path: Path, reference: Path, fault_step: int, extra: list[str], stop: int
 ) -> None:
     run = tmp_path / "run"
-    fault = {"TRAINSCOPE_FAULT": f"step={fault_step},stage=forward,signal=USR1"}
-    done = trainscope("run", *SMALL, *extra, "--out", str(run), "--requeue", env=fault)
+    fault = f"step={fault_step},stage=forward,signal=USR1"
+    done = trainscope("run", *SMALL, *extra, "--out", str(run), "--requeue", fault=fault)
     assert done.returncode == 128 + signal.SIGUSR1, done.stderr
     line = f"preempted by SIGUSR1 at step {stop}: checkpoint checkpoints/step-{stop} written"
     assert line in done.stderr and len(done.stderr.strip().splitlines()) == 1
@@ -98,7 +88,7 @@ def test_a_run_with_requeue_that_is_signalled_stops_checkpointed_and_goes_on(
     assert (run / "checkpoints" / f"step-{stop}").is_dir()
     # The same command again (a requeued job, a restarted pod) goes on from there.
     assert requeued_start(str(run)) == "resume"
-    again = trainscope("run", *SMALL, *extra, "--out", str(run), "--requeue", env=fault)
+    again = trainscope("run", *SMALL, *extra, "--out", str(run), "--requeue", fault=fault)
     assert again.returncode == 0, again.stderr
     assert same_weights(run, reference)
     first, second = json.loads((run / "summary.json").read_text())["attempts"]
@@ -128,11 +118,14 @@ def pod_env(rank: int, port: int) -> dict[str, str]:
             "MASTER_PORT": str(port), "PATH": os.environ["PATH"]}  # fmt: skip
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     ("placed", "sig", "resume"),
-    [(srun_env, "USR1", True), (srun_env, "TERM", False), (pod_env, "TERM", True)],
-    ids=["srun-usr1", "srun-term", "pod-eviction"],
+    [
+        # Started again after the stop: three two-rank runs, seconds (slow tier).
+        pytest.param(srun_env, "USR1", True, id="srun-usr1", marks=pytest.mark.slow),
+        pytest.param(srun_env, "TERM", False, id="srun-term"),
+        pytest.param(pod_env, "TERM", True, id="pod-eviction", marks=pytest.mark.slow),
+    ],
 )
 def test_one_signalled_rank_stops_every_rank_at_the_same_step(
     tmp_path: Path, placed: Any, sig: str, resume: bool
@@ -145,12 +138,12 @@ def test_one_signalled_rank_stops_every_rank_at_the_same_step(
     pod = placed is pod_env
     args = [*SMALL, "--strategy", "ddp", "--out", str(run), *(["--requeue"] * pod)]
     port = free_port()
-    fault = {"TRAINSCOPE_FAULT": f"step=6,stage=forward,rank=1,signal={sig}"}
-    procs = [trainscope("run", *args, env={**placed(r, port), **fault}, cwd=tmp_path,
-                        background=True) for r in (0, 1)]  # fmt: skip
-    outs = [p.communicate(timeout=scaled(200))[0] for p in procs]  # type: ignore[union-attr]
+    fault = f"step=6,stage=forward,rank=1,signal={sig}"
+    procs = [start("run", *args, env=placed(r, port), fault=fault, cwd=tmp_path,
+                   logs=tmp_path / f"logs-{r}") for r in (0, 1)]  # fmt: skip
+    codes = [p.wait() for p in procs]
     signum = signal.Signals["SIG" + sig]
-    assert [p.returncode for p in procs] == [128 + signum] * 2, outs  # a pod restarts on it
+    assert codes == [128 + signum] * 2, [p.stderr for p in procs]  # a pod restarts on it
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "preempted" and summary["preemption"]["step"] == 8
     assert summary["preemption"]["signal"] == f"SIG{sig}"
@@ -171,10 +164,9 @@ def test_one_signalled_rank_stops_every_rank_at_the_same_step(
     for out, extra in ((run, ["--requeue"]), (ref, [])):
         port = free_port()
         argv = [*SMALL, "--strategy", "ddp", "--out", str(out), *extra]
-        procs = [trainscope("run", *argv, env=placed(r, port), cwd=tmp_path,
-                            background=True) for r in (0, 1)]  # fmt: skip
-        outs = [p.communicate(timeout=scaled(200))[0] for p in procs]  # type: ignore[union-attr]
-        assert [p.returncode for p in procs] == [0, 0], outs
+        procs = [start("run", *argv, env=placed(r, port), cwd=tmp_path,
+                       logs=tmp_path / f"logs-{out.name}-{r}") for r in (0, 1)]  # fmt: skip
+        assert [p.wait() for p in procs] == [0, 0], [p.stderr for p in procs]
     assert same_weights(run, ref)
     attempts = json.loads((run / "summary.json").read_text())["attempts"]
     assert [a.get("from_step") for a in attempts] == [0, 8]

@@ -1,19 +1,23 @@
 """Elastic restarts: ``--max-restarts K`` passes to torchrun; when a rank dies, torchrun
 starts every rank again and they resume from the run's last complete checkpoint, ending
-where an uninterrupted run ends (PyTorch's own elastic tests kill rank 1 the same way)."""
+where an uninterrupted run ends (PyTorch's own elastic tests kill rank 1 the same way).
+
+The restarted runs are real launches: ``trainscope run`` is called in the test process,
+and its launcher starts torchrun, whose elastic agent restarts the ranks in fresh
+interpreters (forked launches have no agent to restart anything). The uninterrupted
+references, whose ranks' training alone is compared, are forked launches
+(``tests/forked_launch.py``)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.conftest import scaled
+from tests.forked_launch import forked_launches
+from trainscope.cli import main
 from trainscope.launch.launcher import torchrun_argv
 from trainscope.records import load_run
 
@@ -23,31 +27,26 @@ SMALL = ["--workload", "synthetic", "--synthetic-samples", "320", "--synthetic-s
          "--nproc", "2", "--checkpoint-every", "5"]  # fmt: skip
 
 
-def trainscope(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    script = Path(sys.executable).parent / "trainscope"
-    argv = [str(script)] if script.exists() else [sys.executable, "-m", "trainscope.cli"]
-    return subprocess.run(
-        [*argv, *args], capture_output=True, text=True, timeout=scaled(200),
-        env={**os.environ, **(env or {})},
-    )  # fmt: skip
-
-
-@pytest.mark.timeout(240)
+@pytest.mark.slow
+@pytest.mark.timeout(150)
 @pytest.mark.parametrize(
     "strategy", ["ddp", pytest.param("fsdp", id="fsdp-each-rank-its-own-shard")]
 )
 def test_rank_1_killed_then_every_rank_restarts_and_the_run_ends_as_uninterrupted(
-    tmp_path: Path, strategy: str
-) -> None:
-    args = [*SMALL, "--strategy", strategy, "--optimizer", "adamw", "--lr", "0.001"]
+    tmp_path: Path, strategy: str, monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    args = ["run", *SMALL, "--strategy", strategy, "--optimizer", "adamw", "--lr", "0.001"]
     ref, run = tmp_path / "ref", tmp_path / "run"
-    done = trainscope("run", *args, "--out", str(ref))
-    assert done.returncode == 0, done.stderr
+    with forked_launches() as launched:
+        assert main([*args, "--out", str(ref)]) == 0, capfd.readouterr().err
+    assert [kind for kind, _ in launched] == ["torchrun"]
     # Rank 1 dies in the forward of step 27 (the checkpoint of step 25 is 5 steps into
     # epoch 2), on the first attempt only.
-    fault = {"TRAINSCOPE_FAULT": "step=27,stage=forward,rank=1,attempt=1"}
-    done = trainscope("run", *args, "--out", str(run), "--max-restarts", "1", env=fault)
-    assert done.returncode == 0, done.stderr
+    monkeypatch.setenv("TRAINSCOPE_FAULT", "step=27,stage=forward,rank=1,attempt=1")
+    code = main([*args, "--out", str(run), "--max-restarts", "1"])  # torchrun, for real
+    monkeypatch.delenv("TRAINSCOPE_FAULT")
+    assert code == 0, capfd.readouterr().err
     a, b = load_file(str(run / "model.safetensors")), load_file(str(ref / "model.safetensors"))
     assert all(torch.equal(a[k], b[k]) for k in b) and a.keys() == b.keys()
     record, reference = load_run(run), load_run(ref)

@@ -2,41 +2,45 @@
 ends exactly as an uninterrupted run does (losses step for step, weights bit for bit).
 
 The runs are killed with SIGKILL at chosen points (``TRAINSCOPE_FAULT``, see
-``trainscope.train.fault_injection``) in forked children of one driver process (see
-``fault_driver.py``), so that twenty kills cost seconds, not minutes of imports.
+``trainscope.train.fault_injection``), each attempt a child forked from the test process
+(``fault_driver.py``), so that twenty kills cost seconds, not minutes of imports. The
+module's scenarios run once, in its ``runs`` fixture (slow tier); the refusals run
+in-process.
 """
 
 from __future__ import annotations
 
 import json
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.conftest import scaled
+from tests.train import fault_driver
 from trainscope.cli import main
 from trainscope.records import load_run
 
-DRIVER = Path(__file__).with_name("fault_driver.py")
 # 320 samples in batches of 16: 20 steps an epoch, 60 in three epochs, seconds in all.
 SMALL = ["--workload", "synthetic", "--synthetic-samples", "320", "--synthetic-shape", "1",
          "12", "12", "--batch-size", "16", "--epochs", "3", "-q", "--no-progress"]  # fmt: skip
 KILLED = -9
 
 
-def drive(attempts: list[dict], timeout: float = 240) -> list[int]:
-    """Run the attempts in order (see fault_driver.py); their exit codes."""
-    out = subprocess.run(
-        [sys.executable, str(DRIVER), json.dumps(attempts)],
-        capture_output=True, text=True, timeout=scaled(timeout), check=False,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+def drive(attempts: list[dict]) -> list[int]:
+    """Run the attempts in order, each in a forked child (``{"flip": PATH}`` instead
+    damages one bit of PATH, and counts as 0); their exit codes."""
+    codes = []
+    for attempt in attempts:
+        if "flip" in attempt:
+            fault_driver.flip_a_bit(Path(attempt["flip"]))
+            codes.append(0)
+            continue
+        done = fault_driver.trainscope(*attempt["argv"], fault=attempt.get("fault"))
+        assert done.returncode in (0, KILLED), done.stderr[-3000:]
+        codes.append(done.returncode)
+    return codes
 
 
 def weights(run_dir: Path) -> dict[str, torch.Tensor]:
@@ -160,11 +164,12 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out["chain-ref"], out["chain"] = root / "chain-ref", root / "chain"
     add([{"argv": ["run", *chain_args, "--out", str(out["chain-ref"])]}], [0])
     add(chain_plan(out["chain"], chain_args), [*[KILLED] * CHAIN_KILLS, 0])
-    assert drive(plan, timeout=400) == expected
+    assert drive(plan) == expected
     return out
 
 
-@pytest.mark.timeout(420)  # the first test waits for the module's runs
+@pytest.mark.slow
+@pytest.mark.timeout(180)
 @pytest.mark.parametrize("pipeline", PIPELINES)
 def test_resume_mid_epoch_and_at_an_epoch_boundary_is_bit_exact(
     runs: dict[str, Path], pipeline: str
@@ -179,7 +184,8 @@ def test_resume_mid_epoch_and_at_an_epoch_boundary_is_bit_exact(
     assert load_run(edge).summary["attempts"][1]["epoch_step"] == 0
 
 
-@pytest.mark.timeout(420)
+@pytest.mark.slow
+@pytest.mark.timeout(180)
 def test_twenty_random_kills_each_resumed_end_bit_exact(runs: dict[str, Path]) -> None:
     """A run killed at 20 random points, resumed after each, ends as the uninterrupted
     run does (with two DataLoader workers and augmentation: the hardest input pipeline)."""
@@ -195,7 +201,8 @@ def test_twenty_random_kills_each_resumed_end_bit_exact(runs: dict[str, Path]) -
     assert all("attempt" in x for x in lines[lines.index(resumes[0]) :])
 
 
-@pytest.mark.timeout(420)
+@pytest.mark.slow
+@pytest.mark.timeout(180)
 def test_a_kill_inside_a_checkpoint_write_leaves_the_previous_one_to_resume_from(
     runs: dict[str, Path],
 ) -> None:
@@ -205,7 +212,8 @@ def test_a_kill_inside_a_checkpoint_write_leaves_the_previous_one_to_resume_from
     assert_same_run(run, runs["workers-0-ref"])
 
 
-@pytest.mark.timeout(420)
+@pytest.mark.slow
+@pytest.mark.timeout(180)
 def test_a_damaged_newest_checkpoint_is_named_and_the_one_before_resumes(
     runs: dict[str, Path],
 ) -> None:
@@ -219,7 +227,7 @@ def _cli(*argv: str) -> int:
     return main(list(argv))
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(60)
 def test_a_resume_that_would_change_the_numbers_is_refused_with_the_difference(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -267,7 +275,8 @@ def test_resume_refuses_what_it_cannot_go_on_from(
     assert _cli("run", "--resume", str(run), "--overwrite") != 0
 
 
-@pytest.mark.timeout(420)
+@pytest.mark.slow
+@pytest.mark.timeout(180)
 def test_the_report_shows_where_a_run_resumed(runs: dict[str, Path], tmp_path: Path) -> None:
     out = tmp_path / "report"
     assert _cli("report", str(runs["workers-0-mid"]), "--out", str(out), "-q") == 0

@@ -1,4 +1,8 @@
-"""End-to-end runs: the default digits run, the run record, stage accounting, failures."""
+"""End-to-end runs: the default digits run, the run record, stage accounting, failures.
+
+The default run (45 epochs of digits, seconds) is made once for the module and read by
+the tests of its record (slow tier); the same process runs its other seeds for the
+accuracy claim of tests/train/test_default_recipe.py. Every run here is in-process."""
 
 from __future__ import annotations
 
@@ -12,8 +16,10 @@ import pytest
 import torch
 import yaml
 
+import trainscope
 from tests.reports.browser import browser_problems, require_browser
 from tests.reports.test_trace import check_trace, load_strict
+from tests.train.test_default_recipe import BAR, SEEDS, low_seeds
 from trainscope.config import from_dict
 from trainscope.records import STAGES as ALL_STAGES
 from trainscope.records import load_run
@@ -41,14 +47,35 @@ def default_run(tmp_path_factory):
     return out, summary, outside
 
 
+@pytest.mark.slow
 def test_default_digits_run_reaches_97_percent(default_run):
-    # (every seed and CPU kernel: tests/train/test_default_recipe.py)
+    # (every seed and CPU kernel: below and tests/train/test_default_recipe.py)
     out, summary, _ = default_run
     assert summary["status"] == "completed"
     assert summary["test_accuracy"] >= 0.97
     assert summary["workload"] == "digits"
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_default_run_reaches_97_percent_on_every_seed(default_run, tmp_path):
+    """The default digits run, every default but the seed, reaches the bar on every seed
+    under this process's CPU kernels (the machine's own, unless ATEN_CPU_CAPABILITY is
+    set); seed 0 is the module's default run. The other kernels, each in a process of its
+    own: tests/train/test_default_recipe.py."""
+    out, summary, _ = default_run
+    assert yaml.safe_load((out / "config.yaml").read_text())["train"]["seed"] == SEEDS[0]
+    accuracy = {SEEDS[0]: summary["test_accuracy"]}
+    for seed in SEEDS[1:]:
+        out = tmp_path / f"s{seed}"
+        result = trainscope.run(seed=seed, out=str(out), quiet=True, save_weights=False)
+        accuracy[seed] = result.summary["test_accuracy"]
+    isa = os.environ.get("ATEN_CPU_CAPABILITY", "native")
+    low = low_seeds(accuracy)
+    assert not low, f"{isa}: below {BAR:.0%} on seeds {low} (all: {accuracy})"
+
+
+@pytest.mark.slow
 def test_summary_holds_the_contract(default_run):
     out, summary, _ = default_run
     on_disk = json.loads((out / "summary.json").read_text())
@@ -69,6 +96,7 @@ def test_summary_holds_the_contract(default_run):
     assert on_disk["epochs"][-1]["train_loss"] < on_disk["epochs"][0]["train_loss"] / 3
 
 
+@pytest.mark.slow
 def test_stages_partition_wall_time_and_the_rest_is_accounted_for(default_run):
     """Like with like, no timing tolerance: the stages (other included) sum to wall_time_s
     exactly; wall_time_s ends before the summary's figures, the cross-rank gather and the
@@ -113,6 +141,7 @@ def test_after_wall_is_there_when_no_weights_are_saved(tmp_path):
     assert not (tmp_path / "r" / "model.safetensors").exists()
 
 
+@pytest.mark.slow
 def test_every_step_and_sample_is_on_the_runs_clock(default_run):
     """Steps carry their start on the run's monotonic clock; epochs, evaluations and system
     samples use the same axis, so a timeline lines them up."""
@@ -133,6 +162,7 @@ def test_every_step_and_sample_is_on_the_runs_clock(default_run):
     )
 
 
+@pytest.mark.slow
 def test_steady_state_leaves_the_warm_up_steps_out(default_run):
     _, summary, _ = default_run
     st = summary["steady_state"]
@@ -142,6 +172,7 @@ def test_steady_state_leaves_the_warm_up_steps_out(default_run):
     assert st["samples_per_s"] > 0 and st["warmup_time_s"] > 0
 
 
+@pytest.mark.slow
 def test_metrics_and_first_losses_agree(default_run):
     out, summary, _ = default_run
     rec = load_run(out)
@@ -155,6 +186,7 @@ def test_metrics_and_first_losses_agree(default_run):
     assert fwd == pytest.approx(summary["stages_s"]["forward"], rel=1e-6)
 
 
+@pytest.mark.slow
 def test_record_files_and_config_roundtrip(default_run):
     out, _, _ = default_run
     for name in ("config.yaml", "env.json", "metrics.jsonl", "system.jsonl", "summary.json"):
@@ -166,29 +198,37 @@ def test_record_files_and_config_roundtrip(default_run):
     assert from_dict(saved).to_dict() == {**from_dict({}).to_dict()}
 
 
-def test_report_renders_from_the_saved_run(default_run, tmp_path):
-    out, summary, _ = default_run
-    report = build_run_report(out, tmp_path / "rep")
+@pytest.fixture(scope="module")
+def default_report(default_run, tmp_path_factory):
+    """The default run's report, built once for the tests that read it."""
+    out, _, _ = default_run
+    return build_run_report(out, tmp_path_factory.mktemp("report") / "rep")
+
+
+@pytest.mark.slow
+def test_report_renders_from_the_saved_run(default_run, default_report):
+    _, summary, _ = default_run
+    report = default_report
     names = {p.name for p in report.files}
     assert {"stages.png", "report.md", "tables.tex", "timeline.png", "trace.json"} <= names
-    md = (tmp_path / "rep" / "report.md").read_text()
+    md = (report.out_dir / "report.md").read_text()
     assert "loss + backward" in md
     assert f"{summary['test_accuracy'] * 100:.2f}%" in md
     assert md.startswith("# Run report: digits / LeNet5 (single, 1 process)\n")
     assert "![Timeline of the run" in md
     # The Chrome trace of a real run passes the trace-format checks, every step on it.
-    trace = load_strict(tmp_path / "rep" / "trace.json")
+    trace = load_strict(report.out_dir / "trace.json")
     check_trace(trace)
     step_events = [e for e in trace["traceEvents"] if e.get("name") == "forward"]
     assert len(step_events) == summary["steps"]
 
 
-def test_run_report_with_its_timeline_renders_in_a_browser(default_run, tmp_path):
+@pytest.mark.slow
+def test_run_report_with_its_timeline_renders_in_a_browser(default_report, tmp_path):
     """The report as a reader sees it: headless Chromium loads it cleanly, every image
     decodes, and a full-page screenshot shows a long page (saved for a look by eye)."""
     require_browser()
-    out, _, _ = default_run
-    report = build_run_report(out, tmp_path / "rep")
+    report = default_report
     shot = tmp_path / "report.png"
     assert browser_problems(report.html_path, screenshot=shot) == []
     import matplotlib.image
@@ -252,11 +292,28 @@ def test_synthetic_run_with_workers_and_options(tmp_path):
         }
     )
     summary = run(cfg)
+    _shut_down_persistent_workers()
     assert summary["status"] == "completed" and summary["precision"] == "bf16"
     assert summary["steps"] == 16 and summary["samples"] == 512
     assert summary["stages_s"]["data_wait"] > 0
 
 
+def _shut_down_persistent_workers() -> None:
+    """Stop the DataLoader workers a run in this process left running.
+
+    A run's loaders with persistent workers outlive it in a reference cycle: the garbage
+    collector finds them later, in whatever test is running then, and their shutdown from
+    there waits torch's 5 s for each of the six workers (30 s in a test of seconds);
+    stopped now, they end at once."""
+    import gc
+
+    from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
+
+    for it in [o for o in gc.get_objects() if type(o) is _MultiProcessingDataLoaderIter]:
+        it._shutdown_workers()
+
+
+@pytest.mark.slow
 def test_summary_counts_memory_by_component(default_run):
     """Every run's summary names parameters, gradients, optimizer states and activations;
     the parameter bytes are the saved weights' bytes (LeNet has no buffers)."""

@@ -18,7 +18,7 @@ from trainscope.reports.tables import overview_table
 from trainscope.train.console import RunConsole
 from trainscope.train.run import run
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = pytest.mark.timeout(120)
 
 
 def digits(tmp_path: Path, name: str, **train: object) -> dict:
