@@ -6,6 +6,12 @@ Every run is tiny (one epoch of a few steps on small data): what is tested is th
 combination runs to a completed record with the right metrics, not how well it learns.
 The commands run from the repository root, as docs/workloads.md says, so the factory
 module is found in the current directory (by the workers of ``--nproc 2`` too).
+
+Real launches: ``test_an_example_on_two_processes[ddp-regression]`` starts torchrun and
+two fresh interpreters, which must import ``examples`` from the current directory. The
+other two-process runs (and the refused pipeline) fork their ranks from the test process
+(tests/forked_launch.py): what they test is what the ranks train and record, and a fork
+already has the module imported, so it says nothing about how a worker finds it.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from typing import Any
 import pytest
 import torch
 
+from tests.forked_launch import forked_launches
 from trainscope.cli import main
 from trainscope.registry import STRATEGIES, multiprocess_names
 
@@ -43,6 +50,11 @@ def _from_the_repository_root(
     monkeypatch.chdir(repo_root)
     monkeypatch.setenv("TRAINSCOPE_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("TRAINSCOPE_DEBUG", raising=False)
+
+
+# The one two-process run launched for real (torchrun, fresh interpreters): its workers
+# import the example from the current directory as a user's would.
+REAL_LAUNCH = ("ddp", "regression")
 
 
 def run_example(example: str, out: Path, *args: str) -> dict[str, Any]:
@@ -97,7 +109,13 @@ def test_an_example_in_one_process(example: str, flags: list[str], tmp_path: Pat
 )
 def test_an_example_on_two_processes(example: str, strategy: str, tmp_path: Path) -> None:
     out = tmp_path / "run"
-    summary = run_example(example, out, "--strategy", strategy, "--nproc", "2")
+    args = ("--strategy", strategy, "--nproc", "2")
+    if (strategy, example) == REAL_LAUNCH:
+        summary = run_example(example, out, *args)
+    else:
+        with forked_launches() as launched:
+            summary = run_example(example, out, *args)
+        assert [kind for kind, _ in launched] == ["torchrun"]  # the ranks were forked
     assert summary["strategy"] == strategy and summary["world_size"] == 2
     assert summary["local_batch_size"] == 16 and summary["steps"] == 3
     rank1 = json.loads((out / "ranks" / "rank1" / "summary.json").read_text())
@@ -111,7 +129,8 @@ def test_a_pipeline_of_a_model_that_does_not_say_how_to_split_is_refused(tmp_pat
     argv = ["run", "--workload", EXAMPLES["image"], *TINY, *OPTIONS["image"],
             "--strategy", "pipeline", "--nproc", "2", "--no-progress",
             "--out", str(out)]  # fmt: skip
-    assert main(argv) != 0
+    with forked_launches():  # the ranks' refusal is tested, not how they start
+        assert main(argv) != 0
     error = json.loads((out / "summary.json").read_text())["error"]
     assert "strategy pipeline splits a model at its blocks; SmallCNN does not say how" in str(error)
 

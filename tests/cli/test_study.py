@@ -1,6 +1,10 @@
 """``trainscope study``: bad input, and a real tiny study that resumes, reports and compares.
 
-Runs :func:`trainscope.cli.main` in-process, like tests/cli/test_commands.py.
+Runs :func:`trainscope.cli.main` in-process, like tests/cli/test_commands.py. A profile
+study runs each run in a process of its own by default; here those processes are forked
+from the test process (the ``forked_launch`` fixture, tests/forked_launch.py): these tests
+read what the runs record and the study says, not how a process starts. Real processes
+per run are tested in tests/launch/test_processes.py.
 """
 
 from __future__ import annotations
@@ -10,9 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.studies.heap import frozen
 from trainscope.cli import main
 
-pytestmark = pytest.mark.timeout(120)
+# Each test with the test process's heap frozen: the garbage collection a study makes
+# after each run skips it (tests/studies/heap.py).
+pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("frozen")]
+__all__ = ["frozen"]  # a fixture, used through pytestmark
 
 
 def tiny_profile(out: Path, repeats: int = 1) -> list[str]:
@@ -106,7 +114,7 @@ def summaries(study_dir: Path) -> dict[str, tuple[int, bytes]]:
     return out
 
 
-def test_a_tiny_profile_study_resumes_reports_and_compares(capsys, tmp_path):
+def test_a_tiny_profile_study_resumes_reports_and_compares(capsys, tmp_path, forked_launch):
     study_dir = tmp_path / "prof"
     argv = tiny_profile(study_dir)
     code, out, err = run_main(capsys, *argv, "-q")
@@ -149,10 +157,19 @@ def test_a_tiny_profile_study_resumes_reports_and_compares(capsys, tmp_path):
     assert summaries(study_dir) == before
 
 
-def test_compare_two_runs_of_a_study(capsys, tmp_path):
+def test_a_study_says_what_it_plans_then_compare_reads_two_of_its_runs(
+    capsys, tmp_path, forked_launch
+):
+    """The study's lines on stderr (the plan, the time left after each run but the last),
+    no report with --no-report, then ``compare`` on two of its runs."""
     study_dir = tmp_path / "prof"
-    code, _, err = run_main(capsys, *tiny_profile(study_dir, repeats=2), "--no-report", "-q")
+    code, _, err = run_main(capsys, *tiny_profile(study_dir, repeats=2), "--no-report")
     assert code == 0, err
+    lines = err.splitlines()
+    assert lines[0] == "study profile: 2 runs planned (1 configuration x 2 repeats)"
+    assert "; about " in lines[1] and "left for 1 run" in lines[1]
+    assert "left" not in lines[2]  # the last run: nothing left to estimate
+    assert [kind for kind, _ in forked_launch] == ["process", "process"]  # one per run
     assert not (study_dir / "report").exists()  # --no-report
     r1, r2 = study_dir / "runs" / "run" / "r1", study_dir / "runs" / "run" / "r2"
     cmp_dir = tmp_path / "cmp"
@@ -220,15 +237,6 @@ def test_a_dry_run_marks_a_configuration_outside_the_core_budget(capsys, tmp_pat
     )
 
 
-def test_a_study_says_what_it_plans_and_how_long_is_left(capsys, tmp_path):
-    code, _, err = run_main(capsys, *tiny_profile(tmp_path / "p", repeats=2), "--no-report")
-    assert code == 0, err
-    lines = err.splitlines()
-    assert lines[0] == "study profile: 2 runs planned (1 configuration x 2 repeats)"
-    assert "; about " in lines[1] and "left for 1 run" in lines[1]
-    assert "left" not in lines[2]  # the last run: nothing left to estimate
-
-
 def test_time_left_is_the_median_run_times_the_runs_remaining():
     from trainscope.studies.base import _time_left
 
@@ -237,7 +245,7 @@ def test_time_left_is_the_median_run_times_the_runs_remaining():
     assert _time_left([1.0], []) == "" and _time_left([], [None]) == ""
 
 
-def test_default_outputs_go_under_one_root(capsys, tmp_path, monkeypatch):
+def test_default_outputs_go_under_one_root(capsys, tmp_path, monkeypatch, forked_launch):
     """Without --out: runs, studies and comparisons under runs/ (or $TRAINSCOPE_RUNS)."""
     code, _, err = run_main(capsys, *tiny_profile(tmp_path / "x")[:-2], "-q", "--no-report")
     assert code == 0, err

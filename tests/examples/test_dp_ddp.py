@@ -3,6 +3,10 @@ as a user runs them (``python examples/dp_ddp/X.py``), write a strict JSON recor
 to the same weights, and stay so alike that their diffs show only the parallel changes.
 
 Tiny runs (6 steps of 32 samples) on the CPU: ddp.py starts its 2 gloo ranks itself.
+Every script run is a real process, started as a user starts it: each pays an
+interpreter and torch start-up, so those tests are ``slow``. Each script runs once per
+module for every test that reads its record (ddp.py once more, as torchrun starts a rank,
+and once refusing its batch); the diffs are read from the files (quick tier).
 """
 
 from __future__ import annotations
@@ -72,6 +76,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     return {name: train(name, root / name, *one) for name in ("single", "dp", "ddp")}
 
 
+@pytest.mark.slow  # starts the scripts
 @pytest.mark.parametrize("name", ["single", "dp", "ddp"])
 def test_each_script_writes_its_record(name: str, runs: dict[str, dict[str, Any]]) -> None:
     record = runs[name]
@@ -87,6 +92,7 @@ def test_each_script_writes_its_record(name: str, runs: dict[str, dict[str, Any]
     assert record["weights_l2"] == pytest.approx(float(np.linalg.norm(record["weights"])))
 
 
+@pytest.mark.slow  # starts the scripts
 def test_dataparallel_without_a_gpu_says_it_ran_the_module_unreplicated(
     runs: dict[str, dict[str, Any]],
 ) -> None:
@@ -107,6 +113,7 @@ def assert_same_training(a: dict[str, Any], b: dict[str, Any]) -> None:
     assert a["loss_last"] == pytest.approx(b["loss_last"], rel=1e-5)
 
 
+@pytest.mark.slow  # starts the scripts
 def test_ddp_on_two_ranks_trains_to_the_single_process_weights(
     runs: dict[str, dict[str, Any]],
 ) -> None:
@@ -115,6 +122,7 @@ def test_ddp_on_two_ranks_trains_to_the_single_process_weights(
     assert_same_training(runs["ddp"], runs["single"])
 
 
+@pytest.mark.slow  # starts the scripts
 def test_ddp_under_torchrun_is_one_rank_and_spawns_nothing(
     tmp_path: Path, runs: dict[str, dict[str, Any]]
 ) -> None:
@@ -128,6 +136,7 @@ def test_ddp_under_torchrun_is_one_rank_and_spawns_nothing(
     assert_same_training(record, runs["single"])
 
 
+@pytest.mark.slow  # starts the scripts
 def test_a_global_batch_the_ranks_cannot_split_is_refused_in_one_line(tmp_path: Path) -> None:
     done = run_script("ddp", tmp_path, "--batch-size", "33", "--nproc", "2")
     assert done.returncode != 0 and done.stdout == ""

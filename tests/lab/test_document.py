@@ -1,12 +1,19 @@
 """The lab's document built from small recorded fixtures (studies whose runs wrote
 planted records, no training): every decimal number in a chapter's text is one its
-linked records give, and changing a linked record changes the chapter."""
+linked records give, and changing a linked record changes the chapter.
+
+The planted studies and their lab are built once per module; the test that changes a
+record works on a copy. No PDF is compiled here (report.tex is still written): nothing
+here reads it, and tests/lab/test_runner.py checks a lab's PDF end to end.
+"""
 
 from __future__ import annotations
 
 import json
 import re
 import shutil
+import types
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +21,7 @@ import pytest
 
 from tests.reports.test_honest_numbers import BASE, CPU, Planted
 from trainscope.cli import main
+from trainscope.reports import document_latex
 from trainscope.reports.study_report import build_study_report
 from trainscope.studies import loader, precision
 from trainscope.studies.base import execute
@@ -89,9 +97,40 @@ def _lab(out: Path, *studies: Path) -> str:
     return (out / "report" / "report.md").read_text(encoding="utf-8")
 
 
-def test_every_number_of_a_chapter_is_given_by_the_records_it_links(tmp_path: Path) -> None:
-    studies = {5: _loader_study(tmp_path / "loader"), 2: _precision_study(tmp_path / "prec")}
-    md = _lab(tmp_path / "lab", studies[5], studies[2])
+def hide_pdflatex(patch: pytest.MonkeyPatch) -> None:
+    """Documents made under ``patch`` find no pdflatex (two runs of it per document) and
+    write report.tex alone: for tests that do not read the PDF."""
+
+    def which(name: str, *args: Any, **kwargs: Any) -> str | None:
+        return None if name == "pdflatex" else shutil.which(name, *args, **kwargs)
+
+    shim = types.SimpleNamespace(**{**vars(shutil), "which": which})
+    patch.setattr(document_latex, "shutil", shim)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_pdf() -> Iterator[None]:
+    """No PDF for this module's labs: the PDF is not what these tests read."""
+    with pytest.MonkeyPatch.context() as patch:
+        hide_pdflatex(patch)
+        yield
+
+
+@pytest.fixture(scope="module")
+def lab_of_studies(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder holding ``loader/`` and ``prec/`` (the planted studies) and ``lab/``, the
+    lab made from them (chapters 2 and 5 reused with --from), built once. Read only:
+    a test that changes something copies it."""
+    root = tmp_path_factory.mktemp("lab-document")
+    _lab(root / "lab", _loader_study(root / "loader"), _precision_study(root / "prec"))
+    return root
+
+
+def test_every_number_of_a_chapter_is_given_by_the_records_it_links(
+    tmp_path: Path, lab_of_studies: Path
+) -> None:
+    studies = {5: lab_of_studies / "loader", 2: lab_of_studies / "prec"}
+    md = (lab_of_studies / "lab" / "report" / "report.md").read_text(encoding="utf-8")
     for number, study in studies.items():
         linked = _linked_runs(md, number)
         # Each measured repeat of each configuration is linked, and nothing else.
@@ -106,10 +145,12 @@ def test_every_number_of_a_chapter_is_given_by_the_records_it_links(tmp_path: Pa
     assert "2.65x" in _chapter(md, 2)  # 2.65 s / 1.00 s of training
 
 
-def test_a_changed_record_changes_the_chapter_that_links_it(tmp_path: Path) -> None:
-    study = _loader_study(tmp_path / "loader")
-    out = tmp_path / "lab"
-    assert "1.63x" in _chapter(_lab(out, study, _precision_study(tmp_path / "prec")), 5)
+def test_a_changed_record_changes_the_chapter_that_links_it(
+    tmp_path: Path, lab_of_studies: Path
+) -> None:
+    root = shutil.copytree(lab_of_studies, tmp_path / "copy")
+    study, out = root / "loader", root / "lab"
+    assert "1.63x" in _chapter((out / "report" / "report.md").read_text(encoding="utf-8"), 5)
     # 2 workers' middle repeat now took 1.7 s: the median (1.8 s) moves, so must the
     # chapter (3.1 / 1.8 = 1.72x) when the same lab command builds it again.
     summary = study / "runs" / "w2" / "r2" / "summary.json"
@@ -117,5 +158,5 @@ def test_a_changed_record_changes_the_chapter_that_links_it(tmp_path: Path) -> N
     record["epochs"][0]["duration_s"] = 1.7
     record["samples_per_s"] = 1000 / 1.7
     summary.write_text(json.dumps(record))
-    again = _chapter(_lab(out, study, tmp_path / "prec"), 5)
+    again = _chapter(_lab(out, study, root / "prec"), 5)
     assert "1.72x" in again and "1.63x" not in again

@@ -1,7 +1,12 @@
 """trainscope lab run end to end: one chapter measured with tiny settings and the
 document's numbers traced to the records, a lab continued after it stopped, --from, and
 the refusals (another budget in the same folder, a folder that is not a lab's, a --from
-folder that is not a study)."""
+folder that is not a study).
+
+The measured lab (chapter 5 at its smallest, chapters 3 and 7 without their data) is made
+once per module; each test that reads or continues it works on its own copy. The studies
+run in this process (the loader study has no process per run): nothing here is launched.
+"""
 
 from __future__ import annotations
 
@@ -9,10 +14,12 @@ import dataclasses
 import json
 import re
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.lab.test_document import hide_pdflatex
 from tests.reports.browser import browser_problems, find_chromium
 from tests.reports.latex import fit_problems
 from trainscope.cli import main
@@ -22,14 +29,36 @@ from trainscope.lab.chapters import CHAPTERS, parse_only
 
 # The loader chapter at its smallest: 2 worker counts, one epoch, one repeat.
 TINY = ("--workers", "0,1", "--sweep-epochs", "1", "--iter-workers", "0", "--repeats", "1",
-        "--iter-steps", "5", "--no-warmup")  # fmt: skip
+        "--iter-epochs", "1", "--iter-steps", "5", "--no-warmup")  # fmt: skip
 
 
-@pytest.fixture
-def tiny_loader_chapter(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture(scope="module")
+def tiny_loader_chapter() -> Iterator[None]:
     """Chapter 5 with the tiny settings, in place of its quick ones."""
     tiny = [dataclasses.replace(c, quick=TINY) if c.number == 5 else c for c in CHAPTERS]
-    monkeypatch.setattr(lab_chapters, "CHAPTERS", tuple(tiny))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(lab_chapters, "CHAPTERS", tuple(tiny))
+        yield
+
+
+@pytest.fixture(scope="module")
+def measured_lab(tmp_path_factory: pytest.TempPathFactory, tiny_loader_chapter: None) -> Path:
+    """``trainscope lab --quick --only 3,5,7`` without --data, made once: chapter 5
+    measured, 3 and 7 waiting for their data. Read only: tests copy it (:func:`_copy`)."""
+    out = tmp_path_factory.mktemp("measured-lab") / "lab"
+    assert main(["lab", "--quick", "--only", "3,5,7", "--out", str(out), "-q"]) == 0
+    return out
+
+
+def _copy(lab: Path, dest: Path) -> tuple[Path, dict[str, dict[str, str]]]:
+    """A copy of ``lab`` at ``dest`` and its chapters' states, their study folders those
+    of the copy."""
+    shutil.copytree(lab, dest)
+    states = json.loads((dest / "lab.json").read_text())["chapters"]
+    for state in states.values():
+        if state.get("study_dir"):
+            state["study_dir"] = str(dest / Path(state["study_dir"]).relative_to(lab))
+    return dest, states
 
 
 def _numbers(text: str) -> set[str]:
@@ -38,15 +67,11 @@ def _numbers(text: str) -> set[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)
-@pytest.mark.usefixtures("tiny_loader_chapter")
+@pytest.mark.timeout(300)
 def test_a_chapter_measured_end_to_end_and_its_numbers_come_from_its_records(
-    tmp_path: Path,
+    tmp_path: Path, measured_lab: Path
 ) -> None:
-    out = tmp_path / "lab"
-    assert main(["lab", "--quick", "--only", "3,5,7", "--out", str(out), "-q"]) == 0
-    record = json.loads((out / "lab.json").read_text())
-    states = record["chapters"]
+    out, states = _copy(measured_lab, tmp_path / "lab")
     assert states["5"]["status"] == "measured"
     assert states["3"]["status"] == states["7"]["status"] == "needs data"  # no --data
     report = out / "report"
@@ -80,12 +105,15 @@ def test_a_chapter_measured_end_to_end_and_its_numbers_come_from_its_records(
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(300)
 @pytest.mark.usefixtures("tiny_loader_chapter")
-def test_a_lab_continues_where_it_stopped_and_keeps_its_budget(tmp_path: Path) -> None:
-    out = tmp_path / "lab"
-    assert main(["lab", "--quick", "--only", "5", "--out", str(out), "-q"]) == 0
+def test_a_lab_continues_where_it_stopped_and_keeps_its_budget(
+    tmp_path: Path, measured_lab: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hide_pdflatex(monkeypatch)  # the documents' PDF is checked in the test above
+    out, _ = _copy(measured_lab, tmp_path / "lab")  # its chapter 5 measured, exit status 0
     runs = sorted((out / "studies" / "05-workers" / "runs").rglob("summary.json"))
+    assert runs
     stamps = {p: p.stat().st_mtime_ns for p in runs}
     # The same command again: the finished study is read, not rerun; the document rebuilt.
     (out / "report" / "report.md").unlink()

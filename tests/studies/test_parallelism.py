@@ -1,5 +1,10 @@
 """study parallelism: its layouts, its flags' refusals, its report's rows (from records
-built here), and one small study end to end on the shared Tiny Shakespeare."""
+built here), and one small study end to end on the shared Tiny Shakespeare.
+
+The end-to-end study's launches (the collectives sweep's torchrun, the study's process
+per run with 2 ranks each) are forked from the test process (tests/forked_launch.py):
+what is tested is what the ranks measure and the report says, not how they start; the
+real launches are tested in tests/launch/."""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.forked_launch import forked_launches
 from trainscope.cli import main
 from trainscope.config import from_dict
 from trainscope.errors import ConfigError
@@ -114,19 +120,27 @@ def test_a_run_flag_the_study_sets_is_refused(tmp_path: Path, capsys) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(300)
 def test_a_small_study_end_to_end(tmp_path: Path) -> None:
     if not (DATA / "input.txt").is_file():
         pytest.skip("shared Tiny Shakespeare not present")
     sweep = tmp_path / "sweep"  # a small collectives sweep: the fit that predicts tp
     ops = "all_reduce,all_gather,reduce_scatter"
-    assert main(["collectives", "--nproc", "2", "--sizes", "4K:64K", "--ops", ops,
-                 "--out", str(sweep), "-q"]) == 0  # fmt: skip
     out = tmp_path / "par"
-    code = main(["study", "parallelism", "--data-dir", str(DATA), "--layouts",
-                 "single,pp-gpipe-m2,tp,tp-sp", "--repeats", "1", "--cost-model", str(sweep),
-                 "--set", "train.max_steps_per_epoch=4", "--out", str(out), "-q"])  # fmt: skip
+    # No warm-up run, and 32 validation windows instead of 640: the assertions read the
+    # training steps' collectives and the report's rows, which neither changes.
+    with forked_launches() as launched:
+        assert main(["collectives", "--nproc", "2", "--sizes", "4K:64K", "--ops", ops,
+                     "--repeats", "5", "--warmup", "1", "--no-report", "--out", str(sweep),
+                     "-q"]) == 0  # fmt: skip
+        code = main(["study", "parallelism", "--data-dir", str(DATA), "--layouts",
+                     "single,pp-gpipe-m2,tp,tp-sp", "--repeats", "1", "--no-warmup",
+                     "--cost-model", str(sweep), "--set", "train.max_steps_per_epoch=4",
+                     "--set", "workload.options.eval_windows=32", "--out", str(out),
+                     "-q"])  # fmt: skip
     assert code == 0
+    # Every run was forked here: the sweep's ranks and each run's process of its own.
+    assert launched and all(kind != "popen" for kind, _ in launched)
     report = (out / "report" / "report.md").read_text()
     rows: dict[str, str] = {}
     for line in report.splitlines():  # the first table's rows (the tp table's come after)

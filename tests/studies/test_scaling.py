@@ -1,5 +1,9 @@
 """study scaling: its configurations, its flags' refusals, the α–β projection, the
-report's helpers, and one small study end to end (digits: offline)."""
+report's helpers, and one small study end to end (digits: offline).
+
+The end-to-end study's processes (one per run, two ranks for n=2) are forked from the
+test process (tests/forked_launch.py): the report's figures are tested, not how the
+processes start (tests/launch/ starts real ones)."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.forked_launch import forked_launches
 from trainscope.cli import main
 from trainscope.comm.cost_model import given
 from trainscope.comm.scaling import project
@@ -87,12 +92,16 @@ def test_the_report_reads_the_fixed_share_and_the_gradient_bytes() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(180)
 def test_a_small_study_end_to_end(tmp_path: Path) -> None:
     out = tmp_path / "scaling"
-    code = main(["study", "scaling", "--nproc", "1,2", "--scaling", "strong", "--repeats", "1",
-                 "--set", "train.epochs=1", "--out", str(out), "-q"])  # fmt: skip
+    # 12 steps, no warm-up run: the steady state starts after 5 (timing_warmup_steps).
+    with forked_launches() as launched:
+        code = main(["study", "scaling", "--nproc", "1,2", "--scaling", "strong", "--repeats",
+                     "1", "--no-warmup", "--set", "train.epochs=1", "--max-steps-per-epoch",
+                     "12", "--out", str(out), "-q"])  # fmt: skip
     assert code == 0
+    assert [kind for kind, _ in launched] == ["process", "torchrun"]  # n1, then n2's ranks
     study = json.loads((out / "study.json").read_text())
     assert study["options"]["nprocs"] == [1, 2] and study["options"]["modes"] == ["strong"]
     report = (out / "report" / "report.md").read_text()
