@@ -60,17 +60,24 @@ def test_importing_trainscope_imports_no_torch() -> None:
     assert out.stdout.strip() == "False"
 
 
-@pytest.mark.timeout(240)
-def test_a_run_submitted_through_a_submitit_executor(tmp_path) -> None:
-    """``executor=``: checked here (a bad setting raises before anything is submitted),
-    trained where the executor runs it (submitit's LocalExecutor: a process of its own),
-    its directory fixed before submission."""
+def test_a_bad_setting_raises_before_anything_is_submitted(tmp_path) -> None:
+    """``executor=``: the settings are checked here, before anything is submitted."""
     submitit = pytest.importorskip("submitit")
     executor = submitit.LocalExecutor(folder=str(tmp_path / "jobs"))
     executor.update_parameters(timeout_min=5)
     with pytest.raises(ConfigError):
         trainscope.run(epochs=0, executor=executor)
     assert not (tmp_path / "jobs").exists() or not any((tmp_path / "jobs").iterdir())
+
+
+@pytest.mark.slow  # submitit starts a real process: the run's interpreter and torch
+@pytest.mark.timeout(240)
+def test_a_run_submitted_through_a_submitit_executor(tmp_path) -> None:
+    """``executor=``: trained where the executor runs it (submitit's LocalExecutor: a
+    process of its own), its directory fixed before submission."""
+    submitit = pytest.importorskip("submitit")
+    executor = submitit.LocalExecutor(folder=str(tmp_path / "jobs"))
+    executor.update_parameters(timeout_min=5)
     job = trainscope.run(workload="digits", epochs=1, max_steps_per_epoch=3, threads=1,
                          out=str(tmp_path / "run"), quiet=True, executor=executor)  # fmt: skip
     result = job.result()

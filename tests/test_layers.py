@@ -10,6 +10,7 @@ a function has its reason, which is to delay torch or a heavy optional dependenc
 from __future__ import annotations
 
 import ast
+import functools
 import shutil
 import subprocess
 import sys
@@ -162,6 +163,12 @@ def _modules() -> dict[str, Path]:
     return out
 
 
+@functools.cache
+def _parsed(path: Path) -> ast.Module:
+    """The module's syntax tree, parsed once for every check here (read, never changed)."""
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def _imported(node: ast.Import | ast.ImportFrom, modules: set[str]) -> list[tuple[str, str]]:
     """(module, name) pairs an import statement takes; name is "" for a whole module."""
     if isinstance(node, ast.Import):
@@ -184,7 +191,7 @@ def test_no_private_name_is_imported_from_another_package() -> None:
     modules = _modules()
     wrong = []
     for me, path in modules.items():
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(_parsed(path)):
             if not isinstance(node, (ast.Import, ast.ImportFrom)):
                 continue
             for module, name in _imported(node, set(modules)):
@@ -227,6 +234,7 @@ def _type_checking_only(tree: ast.Module) -> set[int]:
     }
 
 
+@functools.cache
 def _loads_heavy() -> dict[str, bool]:
     """Whether importing each trainscope module loads a heavy library (through the
     imports that run at import time, its packages' ``__init__`` included)."""
@@ -238,7 +246,7 @@ def _loads_heavy() -> dict[str, bool]:
         heavy[me] = False
         parents = [".".join(me.split(".")[:i]) for i in range(1, me.count(".") + 1)]
         deps[me] |= {p for p in parents if p in modules and p != me}
-        for node in _top_level_imports(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in _top_level_imports(_parsed(path)):
             for module, _ in _imported(node, set(modules)):
                 if module.split(".")[0] in HEAVY:
                     heavy[me] = True
@@ -283,7 +291,7 @@ def test_imports_inside_functions_delay_something_heavy() -> None:
             # (The root's run() and report() import the API when called: every command
             # imports the root package first.)
             continue
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = _parsed(path)
         top = {id(n) for n in _top_level_imports(tree)} | _type_checking_only(tree)
         for node in ast.walk(tree):
             if not isinstance(node, (ast.Import, ast.ImportFrom)) or id(node) in top:

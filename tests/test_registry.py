@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.reports.cheap import unsaved_figures
 from tests.reports.test_honest_numbers import BASE, CPU, Planted, report_of
+from tests.studies.heap import frozen_heap
 from trainscope import registry
 from trainscope.cli import main
 from trainscope.config import from_dict
@@ -107,8 +109,9 @@ def test_a_registered_strategy_is_listed_checked_and_built(toy, capsys, monkeypa
 
 
 def test_a_registered_strategy_is_planned_reported_and_has_a_no_model_note(
-    toy, tmp_path, capsys
+    toy, tmp_path, capsys, monkeypatch
 ) -> None:
+    unsaved_figures(monkeypatch)  # the report's tables are read here, not its figures
     from trainscope.collectives.predict_cli import not_modelled
     from trainscope.studies import strategies
 
@@ -128,7 +131,10 @@ def test_a_registered_strategy_is_planned_reported_and_has_a_no_model_note(
     assert "No communication model" in capsys.readouterr().err
 
 
-def test_a_registered_study_has_its_command_flags_plan_and_report(toy, tmp_path, capsys) -> None:
+def test_a_registered_study_has_its_command_flags_plan_and_report(
+    toy, tmp_path, capsys, monkeypatch
+) -> None:
+    unsaved_figures(monkeypatch)  # the report's findings and text are read, not its figures
     assert "toy-study" in _help(capsys, "study")
     assert "--sizes LIST" in _help(capsys, "study", "toy-study")
     # The run setting it varies is refused from the command line, naming its own flag.
@@ -144,7 +150,8 @@ def test_a_registered_study_has_its_command_flags_plan_and_report(toy, tmp_path,
     from trainscope.studies.base import execute
 
     plan = registry.load("toy_ext:plan")(BASE, CPU, repeats=1, sizes="1,3")
-    execute(plan, tmp_path / "study", say=lambda _: None, run_fn=Planted({}))
+    with frozen_heap():  # its collection after each run skips this process's heap
+        execute(plan, tmp_path / "study", say=lambda _: None, run_fn=Planted({}))
     from trainscope.reports.study_report import build_study_report
 
     report = build_study_report(tmp_path / "study")

@@ -1,5 +1,5 @@
 """benchmarks/default_recipes.py: its seed lists, its summary lines (planted figures), and
-one real run of it (one seed, two epochs) in a process of its own."""
+one real run of it (one seed, two epochs) in a process of its own (``slow``)."""
 
 from __future__ import annotations
 
@@ -44,6 +44,7 @@ def test_seed_lists_and_summary_lines() -> None:
     assert loss == ["native: validation loss median 2.336 (min 2.336, max 2.336, n=1); runs: 2.336"]
 
 
+@pytest.mark.slow  # the script as a command, starting a trainscope run of its own
 @pytest.mark.timeout(300)
 def test_one_seed_runs_and_is_summarised() -> None:
     done = subprocess.run(

@@ -1,4 +1,7 @@
-"""benchmarks/gloo_call_noise.py runs and prints every case (timings are not asserted)."""
+"""benchmarks/gloo_call_noise.py runs and prints every case (timings are not asserted).
+
+The script as a user runs it, in a process of its own that spawns its two gloo workers:
+``slow`` (seconds of interpreter start-up)."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ import pytest
 SCRIPT = Path(__file__).parents[2] / "benchmarks" / "gloo_call_noise.py"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_quick_run_prints_every_case() -> None:
     proc = subprocess.run(

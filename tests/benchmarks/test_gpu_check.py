@@ -1,7 +1,8 @@
 """benchmarks/gpu_check.py: its pure logic with planted numbers, and its command on CPU.
 
 Timings are never asserted: only that the logic decides as it should and that the
-command runs end to end and reports every section.
+command runs end to end and reports every section (its ``main`` in this process: what
+it measures and reports is tested, not how an interpreter starts it; ``slow``).
 """
 
 from __future__ import annotations
@@ -226,24 +227,21 @@ def test_fmt_spread():
 
 
 @pytest.mark.timeout(60)
-def test_without_cuda_it_prints_one_line_and_exits_0():
+def test_without_cuda_it_prints_one_line_and_exits_0(capsys):
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is present: the check would run")
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT)], capture_output=True, text=True, timeout=50, cwd=REPO
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout == "no CUDA device: nothing to check\n"
+    assert sys.modules["gpu_check"].main([]) == 0
+    assert capsys.readouterr().out == "no CUDA device: nothing to check\n"
 
 
+@pytest.mark.slow  # every section run on the CPU: seconds
 @pytest.mark.timeout(150)
-def test_quick_cpu_run_reports_every_section(tmp_path):
+def test_quick_cpu_run_reports_every_section(tmp_path, capsys, monkeypatch):
     out = tmp_path / "check.json"
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--device", "cpu", "--quick", "--json", str(out)],
-        capture_output=True, text=True, timeout=140, cwd=REPO,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
+    monkeypatch.chdir(REPO)
+    code = sys.modules["gpu_check"].main(["--device", "cpu", "--quick", "--json", str(out)])
+    done = capsys.readouterr()
+    assert code == 0, done.out + done.err
     data = json.loads(out.read_text())
     assert set(SECTIONS) <= set(data["sections"])
     for name in SECTIONS:
@@ -266,7 +264,7 @@ def test_quick_cpu_run_reports_every_section(tmp_path):
     assert e["largest_batch"] == e["cap"] == 32 and e["stopped"] == "cap"
     assert e["images_per_s"]["n"] == data["sizes"]["lenet_repeats"]
     for heading in ("(a)", "(b)", "(c)", "(d)", "(e)", "| stage |"):
-        assert heading in done.stdout
+        assert heading in done.out
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -1,13 +1,13 @@
 """benchmarks/system_overhead.py: its summaries with planted numbers, and ``--quick``.
 
-No timing is asserted: only the arithmetic, the verdicts and that the command runs.
+No timing is asserted: only the arithmetic, the verdicts and that the command runs (its
+``main`` in this process, seven tiny training runs: ``slow``).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -96,15 +96,15 @@ def test_rotations():
     assert order[3] == order[0]
 
 
+@pytest.mark.slow  # seven tiny training runs
 @pytest.mark.timeout(150)
-def test_quick_run_prints_the_table(tmp_path):
+def test_quick_run_prints_the_table(tmp_path, capsys, monkeypatch):
     out = tmp_path / "overhead.json"
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--quick", "--json", str(out)],
-        capture_output=True, text=True, timeout=140, cwd=REPO,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-    text = done.stdout
+    monkeypatch.chdir(REPO)
+    code = so.main(["--quick", "--json", str(out)])
+    done = capsys.readouterr()
+    assert code == 0, done.out + done.err
+    text = done.out
     assert "command: python benchmarks/system_overhead.py --quick --json" in text
     assert "CPUs" in text and "torch" in text and "python" in text
     assert "| sampler | interval (s) | n runs |" in text

@@ -1,8 +1,10 @@
 """Tests for the ``trainscope`` command: bad input, run directories, config precedence.
 
 Most cases call :func:`trainscope.cli.main` in-process (fast); a few run
-``python -m trainscope`` in a subprocess, for what only a real process shows: that
-``--help`` does not import torch, and that no traceback reaches the terminal.
+``python -m trainscope`` in a subprocess, for what only a fresh interpreter shows: that
+``--help`` does not import torch, that no traceback reaches the terminal, and that -q
+silences what libraries log while they are first imported. Those that import torch
+(seconds each) are marked ``slow``.
 
 Every bad input must give one line naming the problem, a non-zero exit, no traceback,
 and no run directory that looks complete.
@@ -481,6 +483,7 @@ def test_help_and_import_do_not_import_torch(tmp_path: Path, args: list[str]) ->
         assert "usage: trainscope" in proc.stdout
 
 
+@pytest.mark.slow  # a real interpreter importing torch
 def test_importtime_parsing_does_see_torch(tmp_path: Path) -> None:
     # The check above must be able to fail: a module that does import torch is caught.
     proc = _subprocess(
@@ -504,16 +507,24 @@ def test_bad_input_in_a_real_process(tmp_path: Path) -> None:
     assert not (tmp_path / "r").exists()
 
 
-def test_data_error_in_a_real_process(tmp_path: Path) -> None:
-    # A folder without the files is refused before the run directory and torch; files
-    # that are there but not IDX fail in setup, after both: one line, no traceback.
+MNIST_OFFLINE = ["-m", "trainscope", "run", "--workload", "mnist", "--no-download", "--out", "r"]
+
+
+def test_data_error_before_torch_in_a_real_process(tmp_path: Path) -> None:
+    # A folder without the files is refused before the run directory and torch.
     (tmp_path / "empty").mkdir()
-    argv = ["-m", "trainscope", "run", "--workload", "mnist", "--no-download", "--out", "r"]
-    proc = _subprocess([*argv, "--data-dir", "empty", *TINY], tmp_path)
+    proc = _subprocess([*MNIST_OFFLINE, "--data-dir", "empty", *TINY], tmp_path)
     assert proc.returncode == 1
     lines = proc.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("trainscope: error: no MNIST files in empty")
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.slow  # a real interpreter importing torch
+def test_data_error_after_torch_in_a_real_process(tmp_path: Path) -> None:
+    # Files that are there but not IDX fail in setup, after the run directory and torch:
+    # one line, no traceback.
+    argv = MNIST_OFFLINE
     (tmp_path / "junk").mkdir()
     for stem in ("train-images-idx3", "train-labels-idx1", "t10k-images-idx3", "t10k-labels-idx1"):
         (tmp_path / "junk" / f"{stem}-ubyte").write_text("junk")
@@ -560,30 +571,54 @@ def factory(cfg):
 """
 
 
-def test_quiet_run_prints_no_library_log_lines_and_leaves_logging_as_it_was(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+LOGS_ON_IMPORT_RUN = ["run", "--workload", "logs_on_import:factory", "--epochs", "1",
+                      "--max-steps-per-epoch", "2", "--no-progress"]  # fmt: skip
+
+
+# One fresh interpreter: the -q run first (what it prints is all that is on stdout and
+# stderr before the marker), then, as the control, the same run without -q with the
+# workload imported again (so that it logs again).
+QUIET_THEN_LOUD = """
+import sys
+from trainscope.cli import main
+quiet = main(sys.argv[1:] + ["--out", "q", "-q"])
+sys.stdout.write("@@loud@@\\n"); sys.stdout.flush(); sys.stderr.write("@@loud@@\\n")
+del sys.modules["logs_on_import"]
+main(sys.argv[1:] + ["--out", "loud"])
+raise SystemExit(quiet)
+"""
+
+
+@pytest.mark.slow  # a real interpreter importing torch
+def test_quiet_run_prints_no_library_log_lines(tmp_path: Path) -> None:
     """text-cls under -q printed four lines that torchao and torch log when transformers
     imports them: -q is errors only, log records included (in a process of its own, as
     pytest captures log records itself); the same run without -q prints them."""
+    (tmp_path / "logs_on_import.py").write_text(LOGS_ON_IMPORT)
+    argv = [sys.executable, "-c", QUIET_THEN_LOUD, *LOGS_ON_IMPORT_RUN]
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    proc = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=scaled(120))  # fmt: skip
+    out, _, _ = proc.stdout.partition("@@loud@@\n")
+    err, marker, loud = proc.stderr.partition("@@loud@@\n")
+    assert marker, proc.stderr[-2000:]
+    assert proc.returncode == 0 and out == "" and err == "", err
+    assert (tmp_path / "q" / "summary.json").is_file()
+    assert "Failed to load _C_mxfp8.so" in loud
+
+
+def test_quiet_run_leaves_logging_as_it_was(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In-process, a -q run whose workload logs on import gives logging back as main()
+    found it (the real processes' output: the test above)."""
     import logging
 
     (tmp_path / "logs_on_import.py").write_text(LOGS_ON_IMPORT)
-    code = "from trainscope.cli import main; raise SystemExit(main())"
-    argv = [sys.executable, "-c", code, "run", "--workload", "logs_on_import:factory",
-            "--epochs", "1", "--max-steps-per-epoch", "2", "--no-progress"]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    quiet = subprocess.run([*argv, "--out", str(tmp_path / "q"), "-q"], env=env,
-                           capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert quiet.returncode == 0 and quiet.stdout == "" and quiet.stderr == "", quiet.stderr
-    loud = subprocess.run([*argv, "--out", str(tmp_path / "loud")], env=env,
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert "Failed to load _C_mxfp8.so" in loud.stderr
-    # In-process, main() gives logging back as it found it.
-    (tmp_path / "again").mkdir()
     monkeypatch.syspath_prepend(str(tmp_path))
-    code_, _, _ = run_main(capsys, *argv[3:], "--out", str(tmp_path / "again" / "r"), "-q")
-    assert code_ == 0 and logging.root.manager.disable == logging.NOTSET
+    monkeypatch.delitem(sys.modules, "logs_on_import", raising=False)
+    code, _, _ = run_main(capsys, *LOGS_ON_IMPORT_RUN, "--out", str(tmp_path / "r"), "-q")
+    assert code == 0 and logging.root.manager.disable == logging.NOTSET
 
 
 def test_quiet_run_prints_no_warnings(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

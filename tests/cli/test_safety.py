@@ -1,24 +1,68 @@
 """Every command that writes deletes only what trainscope wrote: ``run --overwrite``,
 ``study --overwrite``, ``report [--out]`` and ``compare --out``, never a user's file,
-never through a symbolic link, never on a config file's say-so."""
+never through a symbolic link, never on a config file's say-so.
+
+Everything runs in-process. The readers start from one tiny run trained once per test
+process (``built_once``, the same flags as the other reader tests) and one report of it
+built once per module (:func:`reported`); each test gets its own copy. The live-run test
+holds the run directory from a second process, forked from this one (a process of its
+own, so its lock is another process's; nothing here depends on how it started); the
+study's process per run is forked too (``forked_launch``). The reports' figures are
+built but written as placeholders (tests/reports/cheap.py): which files a command
+writes, keeps and deletes is tested here, not what the figures look like.
+"""
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
+import shutil
+import signal
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.conftest import scaled
+from tests.forked_launch import fork_trainscope
+from tests.reports.cheap import unsaved_figures
 from trainscope.cli import main
 
-pytestmark = [pytest.mark.timeout(180), pytest.mark.usefixtures("isolated_cli")]
+pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("isolated_cli")]
 
 TINY = ["--epochs", "1", "--max-steps-per-epoch", "2", "-q", "--no-progress"]
+# The tiny run the reader tests share (built_once): the same flags in every file that
+# reads one, so that it is trained once per test process.
+READER_RUN = ("run", *TINY)
+
+
+@pytest.fixture(autouse=True)
+def cheap_figures(monkeypatch: pytest.MonkeyPatch) -> None:
+    unsaved_figures(monkeypatch)
+
+
+@pytest.fixture
+def trained(built_once, tmp_path: Path) -> Path:
+    """This test's own copy of a completed tiny run (trainscope's folder, marker and all)."""
+    return built_once.copy(tmp_path / "run", *READER_RUN)
+
+
+@pytest.fixture(scope="module")
+def reported(built_once, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny run with its report built (``report RUN``), once per module: never handed
+    out itself, each test copies it (:func:`with_report`)."""
+    run = built_once.copy(tmp_path_factory.mktemp("reported") / "run", *READER_RUN)
+    with pytest.MonkeyPatch.context() as patch:
+        unsaved_figures(patch)
+        assert main(["report", str(run), "-q"]) == 0
+    return run
+
+
+@pytest.fixture
+def with_report(reported: Path, tmp_path: Path) -> Path:
+    """This test's own copy of the tiny run and its report folder."""
+    return Path(shutil.copytree(reported, tmp_path / "run", symlinks=True))
 
 
 def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
@@ -84,11 +128,8 @@ def test_out_dot_in_a_project_folder_is_refused(capsys, tmp_path, monkeypatch):
     assert tree(project) == before
 
 
-def test_overwrite_keeps_user_files_and_never_follows_links(capsys, tmp_path):
-    out = tmp_path / "run"
-    code, err = cli(capsys, "run", "--out", str(out), *TINY)
-    assert code == 0, err
-    assert cli(capsys, "report", str(out), "-q")[0] == 0
+def test_overwrite_keeps_user_files_and_never_follows_links(capsys, tmp_path, with_report):
+    out = with_report  # a run, then `report` of it
     # The user adds their own work inside the run directory and its report folder, and
     # swaps the tracking folders for links to folders of their own.
     (out / "notes.md").write_text("mine")
@@ -108,9 +149,8 @@ def test_overwrite_keeps_user_files_and_never_follows_links(capsys, tmp_path):
     assert json.loads((out / "summary.json").read_text())["status"] == "completed"
 
 
-def test_config_file_cannot_switch_deletion_on(capsys, tmp_path):
-    out = tmp_path / "run"
-    assert cli(capsys, "run", "--out", str(out), *TINY)[0] == 0
+def test_config_file_cannot_switch_deletion_on(capsys, tmp_path, trained):
+    out = trained
     (out / "keep.txt").write_text("mine")
     shared = tmp_path / "shared.yaml"
     shared.write_text(yaml.safe_dump({"out": str(out), "overwrite": True}))
@@ -125,43 +165,26 @@ def test_config_file_cannot_switch_deletion_on(capsys, tmp_path):
     assert (out / "keep.txt").exists() and (out / "config.yaml").exists()
 
 
-@pytest.mark.timeout(120)
 def test_a_second_run_into_a_live_run_directory_is_refused(capsys, tmp_path):
     out = tmp_path / "run"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "trainscope",
-            "run",
-            "--out",
-            str(out),
-            "--epochs",
-            "500",
-            "--log-every",
-            "1",
-            "-q",
-            "--no-progress",
-        ],
-        cwd=tmp_path,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    # Another trainscope process, training for long enough to be caught at it.
+    argv = ["run", "--out", str(out), "--epochs", "500", "--log-every", "1", "-q", "--no-progress"]
+    proc = fork_trainscope(argv, dict(os.environ))
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + scaled(30)
         while (
             not (out / "metrics.jsonl").is_file()
             or "step" not in (out / "metrics.jsonl").read_text()
         ):
             assert time.monotonic() < deadline and proc.poll() is None
-            time.sleep(0.1)
+            time.sleep(0.02)
         code, err = cli(capsys, "run", "--out", str(out), "--overwrite", *TINY)
         assert code != 0
         one_line(err, "in use by another trainscope process")
         assert json.loads((out / "summary.json").read_text())["status"] == "running"
     finally:
-        proc.terminate()
-        proc.wait(timeout=60)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=scaled(30))
     # Its lock went with it: now the directory can be replaced.
     assert cli(capsys, "run", "--out", str(out), "--overwrite", *TINY)[0] == 0
 
@@ -169,9 +192,8 @@ def test_a_second_run_into_a_live_run_directory_is_refused(capsys, tmp_path):
 # ---------------------------------------------------------- report, study and compare
 
 
-def test_report_out_refuses_a_user_folder_and_keeps_user_files(capsys, tmp_path):
-    run = tmp_path / "run"
-    assert cli(capsys, "run", "--out", str(run), *TINY)[0] == 0
+def test_report_out_refuses_a_user_folder_and_keeps_user_files(capsys, tmp_path, with_report):
+    run = with_report  # a run, then `report` of it
     mine = precious(tmp_path / "mine")
     (mine / "plots").mkdir()
     (mine / "plots" / "figure1.png").write_text("mine")
@@ -181,7 +203,6 @@ def test_report_out_refuses_a_user_folder_and_keeps_user_files(capsys, tmp_path)
     one_line(err, "no trainscope marker")
     assert tree(mine) == before
     # A report folder trainscope made, rebuilt: its own files replaced, the user's kept.
-    assert cli(capsys, "report", str(run), "-q")[0] == 0
     (run / "report" / "plots" / "my-figure.png").write_text("mine")
     for _ in range(3):  # never listed as trainscope's, so never removed, however often
         assert cli(capsys, "report", str(run), "-q")[0] == 0
@@ -200,10 +221,8 @@ def snapshot(root: Path) -> dict[str, bytes]:
     return out
 
 
-def test_report_never_writes_through_a_linked_plots_folder(capsys, tmp_path):
-    run = tmp_path / "run"
-    assert cli(capsys, "run", "--out", str(run), *TINY)[0] == 0
-    assert cli(capsys, "report", str(run), "-q")[0] == 0
+def test_report_never_writes_through_a_linked_plots_folder(capsys, tmp_path, with_report):
+    run = with_report  # a run, then `report` of it
     # The user swaps the report's plots/ for a link to a folder of their own, holding a
     # figure with the very name a report draws.
     mine = precious(tmp_path / "figures")
@@ -225,9 +244,8 @@ def test_report_never_writes_through_a_linked_plots_folder(capsys, tmp_path):
     assert sorted(os.listdir(mine)) == ["logs", "paper.tex", "stages.png"]
 
 
-def test_compare_out_refuses_a_user_folder(capsys, tmp_path):
-    run = tmp_path / "run"
-    assert cli(capsys, "run", "--out", str(run), *TINY)[0] == 0
+def test_compare_out_refuses_a_user_folder(capsys, tmp_path, trained):
+    run = trained
     mine = precious(tmp_path / "compare")
     (mine / "compare.md").write_text("my own comparison")
     before = tree(mine)
@@ -240,7 +258,7 @@ def test_compare_out_refuses_a_user_folder(capsys, tmp_path):
 
 
 @pytest.mark.slow
-def test_study_overwrite_keeps_a_user_plots_folder(capsys, tmp_path):
+def test_study_overwrite_keeps_a_user_plots_folder(capsys, tmp_path, forked_launch):
     study = tmp_path / "study"
     args = [
         "study",
@@ -282,9 +300,8 @@ def test_study_refuses_a_user_folder(capsys, tmp_path):
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root ignores file permissions")
-def test_read_only_out_is_one_line_for_every_writing_command(capsys, tmp_path):
-    run = tmp_path / "run"
-    assert cli(capsys, "run", "--out", str(run), *TINY)[0] == 0
+def test_read_only_out_is_one_line_for_every_writing_command(capsys, tmp_path, trained):
+    run = trained
     ro = tmp_path / "ro"
     ro.mkdir()
     ro.chmod(0o500)
@@ -301,10 +318,9 @@ def test_read_only_out_is_one_line_for_every_writing_command(capsys, tmp_path):
         ro.chmod(0o700)
 
 
-def test_read_only_out_as_root_is_refused_by_the_file_system_too(capsys, tmp_path):
+def test_read_only_out_as_root_is_refused_by_the_file_system_too(capsys, tmp_path, trained):
     """As root, permissions do not stop a write; a path under a regular file does."""
-    run = tmp_path / "run"
-    assert cli(capsys, "run", "--out", str(run), *TINY)[0] == 0
+    run = trained
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
     for argv in (

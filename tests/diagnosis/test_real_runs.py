@@ -1,12 +1,17 @@
 """The doctor on records that trainscope itself wrote: a run planted to be input-bound
-(its dataset sleeps per sample) is diagnosed as such; the default run is healthy."""
+(its dataset sleeps per sample) is diagnosed as such; the default run is healthy; and
+``doctor --apply`` re-measures the fix as a study, its process per run forked from the
+test process (tests/forked_launch.py: what the runs measure is tested, not how they
+start). All in-process, and ``slow``: real training runs of a second or more each."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 
+from tests.reports.cheap import unsaved_figures
 from trainscope.cli import main
 from trainscope.diagnosis import diagnose
 
@@ -58,7 +63,7 @@ def test_the_default_run_has_nothing_major(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_apply_re_measures_the_fix_as_a_study(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, forked_launch: list
 ) -> None:
     """``doctor --apply`` on the planted input-bound run: the baseline and the fix, 12
     steps each, alternated, recorded as a study with a report."""
@@ -67,9 +72,11 @@ def test_apply_re_measures_the_fix_as_a_study(
     from trainscope.records.study_dir import load_study
     from trainscope.reports.study_doctor import doctor_rows
 
+    unsaved_figures(monkeypatch)  # the study report's text is read, not its figures
     (tmp_path / "slowdata.py").write_text(SLOW_DATA)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # the re-runs are processes of their own
+    monkeypatch.delitem(sys.modules, "slowdata", raising=False)  # this test's own file
     run, study = tmp_path / "slow", tmp_path / "doctor"
     argv = ["run", "--workload", "slowdata:factory", "--epochs", "1",
             "--max-steps-per-epoch", "20", "--threads", "1", "--out", str(run), "-q"]  # fmt: skip
@@ -77,6 +84,7 @@ def test_apply_re_measures_the_fix_as_a_study(
     argv = ["doctor", str(run), "--apply", "--steps", "12", "--repeats", "2", "--out",
             str(study), "-q"]  # fmt: skip
     assert main(argv) == 0
+    assert {kind for kind, _ in forked_launch} == {"process"}  # every re-run forked
     data = json.loads((study / "study.json").read_text())
     assert data["kind"] == "doctor" and data["status"] == "completed"
     rows, steps = doctor_rows(load_study(study))

@@ -1,4 +1,6 @@
-"""``trainscope compare``: runs side by side in Markdown, HTML (browser-checked) and LaTeX."""
+"""``trainscope compare``: runs side by side in Markdown, HTML (browser-checked) and LaTeX.
+
+The checks by Chromium and pdflatex are ``slow``."""
 
 from __future__ import annotations
 
@@ -105,9 +107,15 @@ def test_build_comparison_writes_markdown_html_and_latex(
     tex = (out / "compare.tex").read_text(encoding="utf-8")
     assert latex_problems(tex) == []
     assert "\\label{tab:compare}" in tex and "a/r1 & b/r1" in tex
-    compile_latex(tex, tmp_path)
 
 
+@pytest.mark.slow  # pdflatex
+def test_compare_tex_compiles(same_named: list[Path], tmp_path: Path) -> None:
+    build_comparison(same_named, tmp_path / "cmp")
+    compile_latex((tmp_path / "cmp" / "compare.tex").read_text(encoding="utf-8"), tmp_path)
+
+
+@pytest.mark.slow  # Chromium
 def test_comparison_html_opens_cleanly_in_chromium(same_named: list[Path], tmp_path: Path) -> None:
     comparison = build_comparison(same_named, tmp_path / "cmp")
     page = (tmp_path / "cmp" / "compare.html").read_text(encoding="utf-8")

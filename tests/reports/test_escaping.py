@@ -4,7 +4,8 @@ Shared run directories are someone else's text: every string of a record (summar
 fields, env.json, the run and study directory names, study.json labels, reasons and
 argv) is filled here with HTML, Markdown links, LaTeX commands, ANSI/OSC escapes and rich
 markup. The reports (report.md, compare.md, a study's report.md, the HTML, tables.tex)
-and the console must show all of it as text.
+and the console must show all of it as text. That the hostile tables.tex files compile
+(pdflatex, seconds) is one ``slow`` test of its own, on the same records.
 """
 
 from __future__ import annotations
@@ -154,15 +155,14 @@ def assert_html_inert(page: str) -> None:
 
 
 def assert_latex_inert(tex: str, tmp_path: Path) -> None:
-    """Comments stay comments; no \\input/\\write18 from a record; the tables compile."""
+    """Comments stay comments; no \\input/\\write18 from a record (that the tables
+    compile: :func:`test_hostile_tables_compile`)."""
     assert latex_problems(tex) == []
     assert not CONTROL.search(tex)
     head = re.split(r"\\begin\{(?:table|longtable)\}|\\begingroup", tex, maxsplit=1)[0]
     assert all(line.startswith("%") for line in head.splitlines() if line.strip()), head
     assert not re.search(r"\\input\{(?!(?:tables|compare)\.tex\})", tex)
     assert "\\write18" not in tex and "\\textbackslash{}input" in tex  # shown, as text
-    if find_latex() is not None:  # the real proof, where LaTeX is installed
-        compile_latex(tex, tmp_path / str(len(list(tmp_path.glob("latex*")))))
 
 
 def assert_console_inert(out: str) -> None:
@@ -238,6 +238,29 @@ def test_study_report_shows_labels_names_and_argv_as_text(
     err = capsys.readouterr().err
     assert not CONTROL.search(err) and "\\x1b]0;pwned\\x07" in err
     assert kind == "profile" or MARKUP in err  # profile tables show no labels
+
+
+@pytest.mark.slow  # pdflatex, six times
+def test_hostile_tables_compile(tmp_path: Path, cheap_figures: None) -> None:
+    """The real proof, where LaTeX is installed: the tables.tex and compare.tex of the
+    hostile records above (the same writers; figures are not part of them) compile."""
+    if find_latex() is None:
+        pytest.skip("no pdflatex or latexmk")
+    texs = []
+    for status in ("completed", "failed"):
+        report = build_run_report(write_hostile_run(tmp_path / status, status=status))
+        texs.append(report.out_dir / "tables.tex")
+    runs = [
+        write_hostile_run(tmp_path / "a"),
+        write_hostile_run(tmp_path / "b", "broken" + IMG, status="failed"),
+        write_run(tmp_path / "c", "ok", COMPLETED),
+    ]
+    texs.append(build_comparison(runs, tmp_path / "cmp").out_dir / "compare.tex")
+    for kind in ("precision", "strategies", "profile"):
+        study = write_hostile_study(tmp_path / kind, kind)
+        texs.append(build_study_report(study, tmp_path / f"{kind}-out").out_dir / "tables.tex")
+    for i, tex in enumerate(texs):
+        compile_latex(tex.read_text(encoding="utf-8"), tmp_path / f"latex{i}")
 
 
 def test_latex_rows_cannot_reach_the_previous_row_end() -> None:

@@ -1,6 +1,7 @@
 """What a first hour with trainscope tripped on (issue 24, section 7), from planted study
 records: study tables whole when piped, counted bytes compared without the noise rule,
-and numbers in plain digits in every output (Markdown, LaTeX, console)."""
+and numbers in plain digits in every output (Markdown, LaTeX, console). What is read
+here is text: the reports' figures are built but not saved (``cheap_figures``)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from trainscope.reports.stats import fmt_mean_std, fmt_sig
 from trainscope.reports.study_report import StudyReport, print_study_report
 from trainscope.studies import checkpointing, precision, strategies
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("cheap_figures")]
 
 # A number in exponent form: 1.01e+03, 1e-05, 2E6.
 EXPONENT = re.compile(r"\d\.?\d*[eE][+-]?\d")

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import torch
 
+from tests.studies.heap import frozen_heap
 from trainscope.config import RunConfig, from_dict
 from trainscope.records import RunWriter, prepare_run_dir
 from trainscope.reports.stats import task_of
@@ -59,8 +60,10 @@ class Planted:
 
 
 def report_of(plan: Any, tmp_path: Path, planted: Planted) -> Any:
-    execute(plan, tmp_path / "study", say=lambda _: None, run_fn=planted)
-    return build_study_report(tmp_path / "study")
+    """Execute ``plan`` with the planted records and build its report."""
+    with frozen_heap():  # the study's collection after each run skips the test's heap
+        execute(plan, tmp_path / "study", say=lambda _: None, run_fn=planted)
+        return build_study_report(tmp_path / "study")
 
 
 def test_precision_conclusion_agrees_with_its_own_table(tmp_path: Path) -> None:

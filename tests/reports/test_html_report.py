@@ -1,4 +1,7 @@
-"""report.html of a run: self-contained, same content as report.md, clean in a browser."""
+"""report.html of a run: self-contained, same content as report.md, clean in a browser.
+
+The checks in a real browser (headless Chromium, seconds each) are ``slow``; the page's
+own text is checked in the quick tier."""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ import pytest
 
 from tests.reports.browser import browser_problems, require_browser
 from tests.reports.runs import FAILED, PNG_MAGIC, write_run
-from trainscope.reports import build_run_report
+from trainscope.reports import RunReport, build_run_report
 
 IMG_SRC = re.compile(r'<img src="([^"]*)"')
 
@@ -25,8 +28,8 @@ def assert_self_contained(page: str) -> None:
         assert src.startswith("data:image/png;base64,"), src[:80]
 
 
-def test_report_html_is_self_contained(completed: Path) -> None:
-    report = build_run_report(completed)
+def test_report_html_is_self_contained(completed_report: RunReport) -> None:
+    report = completed_report
     page = report.html_path.read_text(encoding="utf-8")
     assert_self_contained(page)
     sources = IMG_SRC.findall(page)
@@ -39,8 +42,8 @@ def test_report_html_is_self_contained(completed: Path) -> None:
     assert all(data[:8] == PNG_MAGIC for data in embedded)
 
 
-def test_report_html_says_what_report_md_says(completed: Path) -> None:
-    report = build_run_report(completed)
+def test_report_html_says_what_report_md_says(completed_report: RunReport) -> None:
+    report = completed_report
     md = report.markdown_path.read_text(encoding="utf-8")
     page = report.html_path.read_text(encoding="utf-8")
     assert "<title>Run report: digits / LeNet5</title>" in page
@@ -69,8 +72,8 @@ def test_report_html_says_what_report_md_says(completed: Path) -> None:
     assert "First losses: 2.3000, 2.2900, 2.2700, 2.2100, 2.1500" in page
 
 
-def test_report_html_right_aligns_numbers(completed: Path) -> None:
-    page = build_run_report(completed).html_path.read_text(encoding="utf-8")
+def test_report_html_right_aligns_numbers(completed_report: RunReport) -> None:
+    page = completed_report.html_path.read_text(encoding="utf-8")
     stages = page.split('id="tab-run-cpu-stages"', 1)[1].split("</table>", 1)[0]
     assert '<th style="text-align: left">Stage</th>' in stages
     assert '<td style="text-align: right">4.200</td>' in stages
@@ -102,13 +105,14 @@ def test_markup_in_names_is_escaped_in_html(tmp_path: Path) -> None:
 # --- in a real browser (headless Chromium via Playwright; skipped without one) ---------
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
-def test_completed_report_loads_cleanly_in_a_browser(completed: Path) -> None:
+def test_completed_report_loads_cleanly_in_a_browser(completed_report: RunReport) -> None:
     require_browser()
-    report = build_run_report(completed)
-    assert browser_problems(report.html_path) == []
+    assert browser_problems(completed_report.html_path) == []
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_failed_report_loads_cleanly_in_a_browser(tmp_path: Path) -> None:
     require_browser()
@@ -116,6 +120,7 @@ def test_failed_report_loads_cleanly_in_a_browser(tmp_path: Path) -> None:
     assert browser_problems(report.html_path) == []
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_browser_check_catches_broken_pages(tmp_path: Path) -> None:
     # The checker must be able to fail, or "== []" above proves nothing.
@@ -137,6 +142,7 @@ def test_browser_check_catches_broken_pages(tmp_path: Path) -> None:
     assert "console error: logged problem" in text
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_browser_check_catches_what_a_reader_cannot_see(tmp_path: Path) -> None:
     # What a test asks to see must be there and visible, or "== []" proves nothing.
@@ -164,6 +170,7 @@ def test_browser_check_catches_what_a_reader_cannot_see(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.slow
 def test_a_long_command_wraps_in_the_html_report(tmp_path: Path) -> None:
     """The Reproduce block of a study (a long `trainscope study ...` line, a path) wraps
     inside the page instead of running off it."""

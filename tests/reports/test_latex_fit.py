@@ -4,7 +4,9 @@ Every table here is compiled with pdflatex (skipped where it is missing) at the 
 article size, with the packages its file's header names (booktabs, graphicx and
 longtable for a bare table), and the log must show no overfull box and no float too
 large for its page: wide tables are scaled down to the text width, long ones are
-longtables that break across pages with their header repeated.
+longtables that break across pages with their header repeated. Those compiles are
+``slow`` (about a second each), and so are the reports built here to be compiled; each
+table's own LaTeX is also checked without compiling it (``lint``), in the quick tier.
 """
 
 from __future__ import annotations
@@ -32,11 +34,21 @@ from trainscope.reports.run_report import build_run_report
 from trainscope.reports.study_report import build_study_report
 from trainscope.reports.tables import Table, latex_escape
 
+# The reports built here are compiled for their tables.tex: their figures are built but
+# not saved (tests/reports/cheap.py).
+pytestmark = pytest.mark.usefixtures("cheap_figures")
+
 LONG_NAME = "lr_0.0003_wd_0.01_warmup_500_cosine_bs_256_seed_1234567"
 # What a tables.tex needs, all in TeX Live's latex-base and latex-recommended.
 PACKAGES = ["booktabs", "graphicx", "longtable"]
 # Tables of more rows than this are longtables.
 LONG_TABLE_ROWS = 40
+
+
+# Each table test checks the LaTeX it gets (quick), then, as the slow case, compiles it.
+COMPILED = pytest.mark.parametrize(
+    "compiled", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["lint", "pdflatex"]
+)
 
 
 def pages(log: str) -> int:
@@ -55,23 +67,28 @@ def wide_table(rows: int) -> Table:
     return Table(columns, body, "A wide table: 1.45x the text width and more.", "tab:wide")
 
 
-def test_wide_table_is_scaled_to_the_text_width(tmp_path: Path) -> None:
+@COMPILED
+def test_wide_table_is_scaled_to_the_text_width(tmp_path: Path, compiled: bool) -> None:
     tex = wide_table(5).to_latex()
     assert latex_problems(tex) == []
     assert "\\begin{table}" in tex and "\\resizebox{" in tex
-    compile_latex(tex, tmp_path)  # no overfull box
+    if compiled:
+        compile_latex(tex, tmp_path)  # no overfull box
 
 
-def test_long_table_breaks_across_pages(tmp_path: Path) -> None:
+@COMPILED
+def test_long_table_breaks_across_pages(tmp_path: Path, compiled: bool) -> None:
     rows = [[str(i), f"{0.5 + i / 1000:.4f}", f"{97 - i / 100:.2f}%"] for i in range(200)]
     tex = Table(["Epoch", "Loss", "Accuracy"], rows, "200 epochs.", "tab:long").to_latex()
     assert latex_problems(tex) == []
     assert "\\begin{table}" not in tex and tex.count("\\begin{longtable}") == 1
     assert "\\endhead" in tex  # the header again on every page
-    assert pages(compile_latex(tex, tmp_path)) >= 4
+    if compiled:
+        assert pages(compile_latex(tex, tmp_path)) >= 4
 
 
-def test_long_and_wide_table_is_split_into_parts_that_fit(tmp_path: Path) -> None:
+@COMPILED
+def test_long_and_wide_table_is_split_into_parts_that_fit(tmp_path: Path, compiled: bool) -> None:
     tex = wide_table(60).to_latex()
     assert latex_problems(tex) == []
     parts = tex.count("\\begin{longtable}")
@@ -79,19 +96,23 @@ def test_long_and_wide_table_is_split_into_parts_that_fit(tmp_path: Path) -> Non
     # The label column in every part, its long names wrapped.
     assert len(re.findall(r"\\endfoot\nlr\\_0.0003", tex)) == parts
     assert "\\newline" in tex
-    compile_latex(tex, tmp_path)
+    if compiled:
+        compile_latex(tex, tmp_path)
 
 
-def test_long_table_wraps_a_cell_wider_than_the_page(tmp_path: Path) -> None:
+@COMPILED
+def test_long_table_wraps_a_cell_wider_than_the_page(tmp_path: Path, compiled: bool) -> None:
     rows: list[list[object]] = [[f"class {i}", f"{i / 100:.2%}"] for i in range(LONG_TABLE_ROWS)]
     rows.append(["a name " + "x" * 150 + " " + LONG_NAME * 3, "1.0%"])
     tex = Table(["Class", "Accuracy"], rows, "Long names.", "tab:names").to_latex()
     assert latex_problems(tex) == []
     assert "\\newline" in tex and re.search(r"\\begin\{longtable\}\{.*p\{", tex)
-    compile_latex(tex, tmp_path)
+    if compiled:
+        compile_latex(tex, tmp_path)
 
 
-def test_a_short_narrow_table_stays_a_plain_float(tmp_path: Path) -> None:
+@COMPILED
+def test_a_short_narrow_table_stays_a_plain_float(tmp_path: Path, compiled: bool) -> None:
     tex = Table(["Stage", "Seconds"], [["forward", "0.900"]], "Stages.", "tab:s").to_latex()
     assert tex.splitlines()[:3] == [
         "\\begin{table}[ht]",
@@ -99,9 +120,11 @@ def test_a_short_narrow_table_stays_a_plain_float(tmp_path: Path) -> None:
         "\\resizebox{\\ifdim\\width>\\linewidth\\linewidth\\else\\width\\fi}{!}"
         "{\\begin{tabular}{lr}",
     ]
-    compile_latex(tex, tmp_path)
+    if compiled:
+        compile_latex(tex, tmp_path)
 
 
+@pytest.mark.slow  # pdflatex
 def test_run_report_tables_fit_the_page(tmp_path: Path) -> None:
     """A 100-epoch, 100-class run with long names: every table of its tables.tex."""
     summary = copy.deepcopy(COMPLETED)
@@ -147,6 +170,7 @@ def write_strategies_study(root: Path, configs: int) -> Path:
     return study
 
 
+@pytest.mark.slow  # pdflatex
 @pytest.mark.parametrize("configs", [4, 45])
 def test_study_report_tables_fit_the_page(tmp_path: Path, configs: int) -> None:
     study = write_strategies_study(tmp_path, configs)
@@ -158,6 +182,7 @@ def test_study_report_tables_fit_the_page(tmp_path: Path, configs: int) -> None:
     compile_latex(tex, tmp_path)
 
 
+@pytest.mark.slow  # pdflatex
 def test_comparison_of_many_runs_fits_the_page(tmp_path: Path) -> None:
     runs = [write_run(tmp_path / f"{LONG_NAME}_{i}", "r1", COMPLETED) for i in range(8)]
     build_comparison(runs, tmp_path / "cmp")
@@ -194,6 +219,7 @@ def test_latex_checker_knows_longtables() -> None:
 CHARS = [c for c in string.printable if c not in "\t\n\r\x0b\x0c "] + list("–×≈±µ≤≥")
 
 
+@pytest.mark.slow  # pdflatex
 @pytest.mark.parametrize("encoding", ["T1", "OT1"])
 def test_width_estimate_is_never_below_the_real_width(tmp_path: Path, encoding: str) -> None:
     """Every glyph, in every size a longtable may use, is at most as wide as estimated:

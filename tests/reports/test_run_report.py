@@ -52,8 +52,8 @@ def test_completed_report_writes_all_files(completed: Path) -> None:
     assert list(report.tables) == tables
 
 
-def test_markdown_stage_table_has_every_stage_and_adds_up(completed: Path) -> None:
-    md = build_run_report(completed).markdown_path.read_text()
+def test_markdown_stage_table_has_every_stage_and_adds_up(completed_report: RunReport) -> None:
+    md = completed_report.markdown_path.read_text()
     rows = pipe_rows(section(md, "Where the time went"))
     assert [r[0] for r in rows] == [STAGE_LABELS[s] for s in STAGES] + ["total (wall)"]
     shares = [float(r[2].rstrip("%")) for r in rows[:-1]]
@@ -61,17 +61,16 @@ def test_markdown_stage_table_has_every_stage_and_adds_up(completed: Path) -> No
     assert rows[-1][1:] == ["4.200", "100.0%"]
 
 
-def test_markdown_epoch_table_renders_nulls_as_dash(completed: Path) -> None:
-    md = build_run_report(completed).markdown_path.read_text()
+def test_markdown_epoch_table_renders_nulls_as_dash(completed_report: RunReport) -> None:
+    md = completed_report.markdown_path.read_text()
     rows = pipe_rows(section(md, "Per-epoch results"))
     assert rows[0] == ["1", "1.2000", "0.5000", "85.00%", "0.310", "6,000"]
     assert rows[1][3] == MISSING
     assert len(pipe_rows(section(md, "Per-class test accuracy"))) == 10
 
 
-def test_latex_is_balanced_and_uses_booktabs(completed: Path) -> None:
-    build_run_report(completed)
-    tex = (completed / "report" / "tables.tex").read_text()
+def test_latex_is_balanced_and_uses_booktabs(completed_report: RunReport) -> None:
+    tex = (completed_report.run_dir / "report" / "tables.tex").read_text()
     assert latex_problems(tex) == []
     assert "\\usepackage{booktabs}" in tex.splitlines()[1] and tex.startswith("%")
     for env in ("table", "tabular"):
@@ -82,7 +81,7 @@ def test_latex_is_balanced_and_uses_booktabs(completed: Path) -> None:
     assert "28.6\\%" in tex  # 1.2 s of 4.2 s, percent sign escaped
 
 
-def test_latex_escapes_special_characters(tmp_path: Path) -> None:
+def test_latex_escapes_special_characters(tmp_path: Path, cheap_figures: None) -> None:
     summary = {**copy.deepcopy(COMPLETED), "workload": "my_model & co", "model": "Net#1 {50%}"}
     run = write_run(tmp_path, "special", summary)
     build_run_report(run)
@@ -116,7 +115,8 @@ def test_latex_checker_finds_problems() -> None:
         assert expected in problems, (expected, problems)
 
 
-def test_tables_tex_compiles(tmp_path: Path) -> None:
+@pytest.mark.slow  # pdflatex
+def test_tables_tex_compiles(tmp_path: Path, cheap_figures: None) -> None:
     summary = {**copy.deepcopy(COMPLETED), "workload": "my_model & co ~^\\"}
     run = write_run(tmp_path, "compile", summary)
     tex = (build_run_report(run).out_dir / "tables.tex").read_text()
@@ -165,8 +165,9 @@ def test_gpu_run_report_renders_without_a_gpu(tmp_path: Path) -> None:
     assert rows[STAGES.index("other")][:2] == ["other", "-0.004"]
 
 
-def test_rebuild_is_stable_and_drops_stale_figures(completed: Path) -> None:
-    first = build_run_report(completed)
+def test_rebuild_is_stable_and_drops_stale_figures(completed_report: RunReport) -> None:
+    first = completed_report  # built once, copied here: rebuilt in place below
+    completed = first.run_dir
     md, tex = first.markdown_path.read_text(), (first.out_dir / "tables.tex").read_text()
     assert build_run_report(completed).markdown_path.read_text() == md
     assert (first.out_dir / "tables.tex").read_text() == tex
@@ -188,10 +189,10 @@ def test_rebuild_is_stable_and_drops_stale_figures(completed: Path) -> None:
     assert again.html_path.read_text().count("<img ") == 2  # the stage pie, the memory bar
 
 
-def test_render_tables_rich(completed: Path) -> None:
+def test_render_tables_rich(completed_report: RunReport) -> None:
     from rich.console import Console
 
-    tables = render_tables_rich(build_run_report(completed))
+    tables = render_tables_rich(completed_report)
     assert len(tables) == 5
     console = Console(record=True, width=120)
     for t in tables:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.reports.test_honest_numbers import BASE, CPU, Planted
+from tests.studies.heap import frozen  # noqa: F401  (a fixture, used by pytestmark)
 from trainscope.records.study_dir import load_study
 from trainscope.reports.document import Bullets, Document, Paragraph, TableBlock
 from trainscope.reports.outdir import ReportFiles
@@ -20,7 +21,9 @@ from trainscope.studies import precision
 from trainscope.studies.base import execute
 from trainscope.util.spread import spread
 
-pytestmark = pytest.mark.timeout(120)
+# frozen: the study's garbage collection after each planted run skips the test process's
+# heap (tests/studies/heap.py), which was most of these tests' time.
+pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("frozen")]
 
 
 def test_configs_carry_their_runs_and_say_why_they_have_none(tmp_path: Path) -> None:

@@ -1,9 +1,12 @@
 """The run report's "Ranks and stragglers" section: its tables, its findings and notes, and
 record text kept literal (the analysis itself: tests/diagnosis/test_stragglers.py).
 
-Unit tests write per-rank records by hand (no torch); the end-to-end tests run a real
-two-process launch (gloo on 127.0.0.1) with a workload whose rank 1 loads data slowly.
-The record writers here are shared with the analysis tests.
+Unit tests write per-rank records by hand (no torch); the end-to-end tests run a
+two-process launch (gloo on 127.0.0.1) with a workload whose rank 1 loads data slowly,
+in-process with the two ranks forked from the test process (tests/forked_launch.py): the
+ranks' records are tested here, not how they start (a launch's real start, the workload
+found in the current directory included: tests/launch/test_processes.py). The record
+writers here are shared with the analysis tests.
 """
 
 from __future__ import annotations
@@ -12,13 +15,12 @@ import json
 import os
 import random
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from trainscope.cli import main
 from trainscope.diagnosis.stragglers import NO_STRAGGLER, analyze_stragglers, load_rank_steps
 from trainscope.records.run_dir import load_run
 from trainscope.reports.document import Document, Heading, Note, TableBlock
@@ -300,15 +302,8 @@ def test_hosts_are_shown_when_ranks_span_machines(tmp_path: Path) -> None:
 WORKLOAD = Path(__file__).resolve().parents[2] / "benchmarks" / "doctor_workloads.py"
 
 
-def _trainscope(cwd: Path, *args: str, timeout: float) -> subprocess.CompletedProcess:
-    """``trainscope ARGS`` as a user runs it: the console script, in ``cwd``."""
-    script = Path(sys.executable).parent / "trainscope"
-    argv = [str(script)] if script.exists() else [sys.executable, "-m", "trainscope.cli"]
-    return subprocess.run([*argv, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
-
-
 @pytest.mark.slow
-@pytest.mark.timeout(150)
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize(
     ("strategy", "where"),
     [
@@ -317,22 +312,28 @@ def _trainscope(cwd: Path, *args: str, timeout: float) -> subprocess.CompletedPr
     ],
 )
 def test_a_real_slow_rank_is_named_as_the_straggler(
-    tmp_path: Path, strategy: str, where: str, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    strategy: str,
+    where: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+    forked_launch: list,
 ) -> None:
     # The workload is the user's own file in the current directory, found there as
     # --workload module:factory is; rank 1 sleeps 10 ms per sample, 40 ms per step: well
     # above what other work on a shared 2-core machine adds to either rank's steps.
     shutil.copy(WORKLOAD, tmp_path / WORKLOAD.name)
+    monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("TRAINSCOPE_SLOW_RANK_DELAY_S", "0.01")
-    done = _trainscope(
-        tmp_path, "run", "--workload", "doctor_workloads:slow_rank",
+    code = main([
+        "run", "--workload", "doctor_workloads:slow_rank",
         "--strategy", strategy, "--nproc", "2", "--backend", "gloo",
         "--synthetic-samples", "256", "--batch-size", "8", "--loader", "torch",
         "--num-workers", "0", "--epochs", "1", "--max-steps-per-epoch", "20",
         "--timing-warmup", "2", "--no-save-weights", "--no-progress", "-q", "--out", "r",
-        timeout=120,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
+    ])  # fmt: skip
+    assert code == 0, capfd.readouterr().err
+    assert [kind for kind, _ in forked_launch] == ["torchrun"]  # two ranks, forked
     record = load_run(tmp_path / "r")
     assert record.summary["world_size"] == 2 and record.summary["strategy"] == strategy
     # After the wall: a real gather across the ranks, and no weights saved (timed as 0).

@@ -22,6 +22,7 @@ import torch
 from tests.reports.browser import browser_problems, require_browser
 from tests.reports.latex import compile_latex, latex_problems
 from tests.reports.runs import assert_png, pipe_rows, section
+from tests.studies.heap import frozen, frozen_heap
 from trainscope.config import from_dict
 from trainscope.records.run_dir import STAGE_LABELS
 from trainscope.records.run_dir import STAGES as ALL_STAGES
@@ -43,7 +44,10 @@ from trainscope.workloads.base import Workload
 # Stages of a run without them: no hand-written sync, checkpoints, compile or pipeline.
 STAGES = tuple(s for s in ALL_STAGES if s not in ("comm", "checkpoint", "compile", "pipeline_wait"))
 
-pytestmark = pytest.mark.timeout(180)
+# Every test with the test process's heap frozen: the garbage collection a study makes
+# after each run skips it (tests/studies/heap.py).
+pytestmark = [pytest.mark.timeout(180), pytest.mark.usefixtures("frozen")]
+__all__ = ["frozen"]  # a fixture, used through pytestmark
 
 CPU = torch.device("cpu")
 KINDS = ("loader", "profile", "precision")
@@ -95,14 +99,28 @@ class Built:
 
 
 def build(plan: StudyPlan, study_dir: Path, **kwargs: Any) -> Built:
+    """Execute ``plan`` in this process and build its report."""
     messages: list[str] = []
-    result = execute(plan, study_dir, say=messages.append, **kwargs)
-    report = build_study_report(study_dir)
+    with frozen_heap():  # the study's collection after each run skips the test's heap
+        result = execute(plan, study_dir, say=messages.append, **kwargs)
+        report = build_study_report(study_dir)
     return Built(study_dir, plan, result, report, messages)
 
 
 @pytest.fixture(scope="module")
 def loader_study(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    from torch.utils.data import _utils as loader_utils
+
+    # A persistent-workers DataLoader left in a reference cycle is shut down by the
+    # study's gc.collect(); from there torch's shutdown never reaches its worker, which
+    # waits out MP_STATUS_CHECK_INTERVAL (5 s) before it is terminated: 5 s per run of
+    # w1-persistent. 0.5 s here: the runs' loading is what is measured, not that wait.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(loader_utils, "MP_STATUS_CHECK_INTERVAL", 0.5)
+        return _loader_study(tmp_path_factory)
+
+
+def _loader_study(tmp_path_factory: pytest.TempPathFactory) -> Built:
     plan = loader.plan(
         base_config(),
         CPU,
@@ -118,7 +136,7 @@ def loader_study(tmp_path_factory: pytest.TempPathFactory) -> Built:
 
 @pytest.fixture(scope="module")
 def profile_study(tmp_path_factory: pytest.TempPathFactory) -> Built:
-    plan = profile.plan(base_config(), CPU, repeats=2)
+    plan = profile.plan(base_config(max_steps_per_epoch=10), CPU, repeats=2)
     return build(plan, tmp_path_factory.mktemp("profile") / "profile-study")
 
 

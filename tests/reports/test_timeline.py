@@ -319,6 +319,7 @@ def test_occupancy_matches_a_direct_sum() -> None:
     assert got.sum() == pytest.approx(durs.sum())
 
 
+@pytest.mark.slow  # the scale test: 2 x 20,000 steps written, read and drawn
 def test_twenty_thousand_steps_draw_in_seconds(tmp_path: Path) -> None:
     run = write_run_dir(tmp_path, world_size=2, steps=20_000, epochs=4, gpu=True)
     timeline = load_timeline(run)

@@ -246,6 +246,7 @@ def test_gpu_timed_stages_past_the_next_step_are_cut_and_kept(tmp_path: Path) ->
     assert any("were cut" in n for n in trace["metadata"]["trainscope"]["notes"])
 
 
+@pytest.mark.slow  # the scale test: 20,000 steps written, read and traced
 def test_twenty_thousand_steps_make_a_compact_trace(tmp_path: Path) -> None:
     run = write_run_dir(tmp_path, steps=20_000, epochs=2)
     path = write_chrome_trace(run, tmp_path / "trace.json")

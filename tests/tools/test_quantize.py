@@ -218,11 +218,14 @@ def test_a_run_in_use_is_refused(trained, tmp_path):
     assert not (copy / RESULT_FILE).exists()
 
 
-def test_cli_quantize_then_report_shows_the_int8_section(trained, tmp_path, capsys):
+def test_cli_quantize_then_report_shows_the_int8_section(trained, tmp_path, capsys, monkeypatch):
     """`trainscope quantize RUN_DIR` prints its figures and the file it wrote; `trainscope
     report RUN_DIR` then has the section and its table in tables.tex."""
     pytest.importorskip("torchao")
+    from tests.reports.cheap import unsaved_figures
     from trainscope.cli import main
+
+    unsaved_figures(monkeypatch)  # the report's text is read here, not its figures
 
     run_dir = _copy_run(trained[0], tmp_path / "copy")
     assert main(["quantize", str(run_dir), "--repeats", "1"]) == 0
