@@ -6,6 +6,7 @@ module.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import statistics
 import time
@@ -57,6 +58,16 @@ def scaled(seconds: float) -> float:
     """A timeout sized for the reference machine, for this one: a test's waits grow with
     the work it does at this machine's speed, and a hang is still caught."""
     return seconds * SLOWNESS
+
+
+def requires(*packages: str) -> pytest.MarkDecorator:
+    """A mark that skips a test (or a module, as ``pytestmark``) unless every package is
+    installed. Looked up with ``importlib.util.find_spec``, which does not import it:
+    each test process collects every test module, and ``pytest.importorskip`` at module
+    level made each pay peft's, transformers' and tensorboard's imports (~8 s on a 2-core
+    machine) for tests that run in one of them."""
+    missing = [name for name in packages if importlib.util.find_spec(name) is None]
+    return pytest.mark.skipif(bool(missing), reason=f"needs {', '.join(missing)}")
 
 
 def pytest_report_header(config: pytest.Config) -> str:

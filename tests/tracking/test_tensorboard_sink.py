@@ -7,18 +7,17 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import requires
 from tests.tracking import CONFIG, STAGE_NAMES, fake_epoch, fake_sample, fake_steps, fake_summary
 from trainscope.tracking import make_sinks
 
-pytestmark = pytest.mark.timeout(120)
-
-pytest.importorskip("tensorboard")
-pytest.importorskip("torch")
-event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+pytestmark = [pytest.mark.timeout(120), requires("tensorboard")]
 
 
 def read_events(log_dir: Path) -> Any:
     """Every scalar and tensor in ``log_dir`` (size_guidance 0 = keep all, no sampling)."""
+    from tensorboard.backend.event_processing import event_accumulator
+
     acc = event_accumulator.EventAccumulator(
         str(log_dir), size_guidance={"scalars": 0, "tensors": 0}
     )

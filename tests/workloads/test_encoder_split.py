@@ -24,18 +24,15 @@ from typing import Any
 import pytest
 import torch
 
-pytest.importorskip("transformers")
-pytest.importorskip("peft")
-pytest.importorskip("tokenizers")
-
-from tests.data.test_glue import write_sst2  # noqa: E402
-from tests.forked_launch import forked_launches  # noqa: E402
-from tests.strategies.test_parity import step_lines, weights  # noqa: E402
-from trainscope.cli import main  # noqa: E402
-from trainscope.strategies.tensor_parallel import expand_adapters, model_heads  # noqa: E402
-from trainscope.workloads.base import block_kwargs, pipeline_parts, stage_inputs  # noqa: E402
-from trainscope.workloads.encoder_split import ENCODER_TP_PLAN  # noqa: E402
-from trainscope.workloads.text_cls import (  # noqa: E402
+from tests.conftest import requires
+from tests.data.test_glue import write_sst2
+from tests.forked_launch import forked_launches
+from tests.strategies.test_parity import step_lines, weights
+from trainscope.cli import main
+from trainscope.strategies.tensor_parallel import expand_adapters, model_heads
+from trainscope.workloads.base import block_kwargs, pipeline_parts, stage_inputs
+from trainscope.workloads.encoder_split import ENCODER_TP_PLAN
+from trainscope.workloads.text_cls import (
     SequenceClassifier,
     TextClsOptions,
     add_lora,
@@ -43,7 +40,10 @@ from trainscope.workloads.text_cls import (  # noqa: E402
     scratch_model,
 )
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
+pytestmark = [
+    pytest.mark.usefixtures("one_thread"),  # tests/conftest.py
+    requires("transformers", "peft", "tokenizers"),
+]
 
 MAX_LENGTH = 24
 

@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.conftest import requires
 from trainscope.config import WorkloadConfig, from_dict
 from trainscope.errors import ConfigError
 from trainscope.workloads import build_workload
 
-transformers = pytest.importorskip("transformers")
+pytestmark = requires("transformers")
 
 MINILM = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "minilm-l6"
 
@@ -115,6 +116,8 @@ def test_a_language_model_gets_per_token_loss_perplexity_and_tokens(
 @pytest.fixture
 def tiny_gpt2(tmp_path: Path) -> Path:
     """A 2-layer GPT-2 of random weights saved as a local transformers folder."""
+    import transformers
+
     config = transformers.GPT2Config(vocab_size=16, n_positions=16, n_embd=32, n_layer=2, n_head=2)
     path = tmp_path / "tiny-gpt2"
     transformers.GPT2LMHeadModel(config).save_pretrained(path)

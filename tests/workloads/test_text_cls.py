@@ -17,15 +17,12 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-pytest.importorskip("transformers")
-pytest.importorskip("peft")
-pytest.importorskip("tokenizers")
-
-from tests.data.test_glue import sst2_rows, write_rte, write_sst2  # noqa: E402
-from trainscope.config import WorkloadConfig  # noqa: E402
-from trainscope.errors import ConfigError, DataError  # noqa: E402
-from trainscope.workloads.base import Workload, model_blocks  # noqa: E402
-from trainscope.workloads.text_cls import (  # noqa: E402
+from tests.conftest import requires
+from tests.data.test_glue import sst2_rows, write_rte, write_sst2
+from trainscope.config import WorkloadConfig
+from trainscope.errors import ConfigError, DataError
+from trainscope.workloads.base import Workload, model_blocks
+from trainscope.workloads.text_cls import (
     DEFAULT_OPTIONS,
     SIZES,
     SequenceClassifier,
@@ -34,7 +31,22 @@ from trainscope.workloads.text_cls import (  # noqa: E402
     text_cls,
 )
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
+pytestmark = [
+    pytest.mark.usefixtures("one_thread"),  # tests/conftest.py
+    requires("transformers", "peft", "tokenizers"),
+]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _imported_before_any_is_hidden() -> None:
+    """transformers records at its first import which packages it found (tokenizers
+    among them) and never looks again: imported here, before a test below hides one
+    (``sys.modules[name] = None``), not first under that test. Not at module level, so
+    that collecting the suite does not pay for it (``tests.conftest.requires``)."""
+    import peft  # noqa: F401
+    import tokenizers  # noqa: F401
+    import transformers  # noqa: F401
+    import transformers.models.auto.tokenization_auto  # noqa: F401  (its checks run here)
 
 
 @pytest.fixture(scope="module")
