@@ -57,18 +57,21 @@ def _exit_code(status: int) -> int:
     return os.WEXITSTATUS(status)
 
 
-def _run_worker(args: Sequence[str], env: Mapping[str, str]) -> None:
+def run_worker(args: Sequence[str], env: Mapping[str, str]) -> None:
     """In a forked child: become the launched ``trainscope ARGS`` process, then exit."""
     code = 1
     try:
         os.environ.clear()
         os.environ.update(env)
         signal.signal(signal.SIGINT, signal.default_int_handler)  # a fresh interpreter's
-        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGALRM):
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
+                    signal.SIGALRM):  # fmt: skip
             signal.signal(sig, signal.SIG_DFL)
+        from trainscope.profiling import system
         from trainscope.runtime import signals
 
-        signals._fired.clear()  # the test process's own signals are not this process's
+        signals._fired.clear()  # the test process's own signals and runs are not ours
+        system._runs_started = 0
         signals.die_with_parent()
         sys.argv = ["trainscope", *args]
         from trainscope.cli import main
@@ -141,7 +144,7 @@ def _agent(worker: Sequence[str], nproc: int, env: Mapping[str, str]) -> None:
             rank_env = _rank_env(env, rank, nproc, port, run_id)  # before the fork: our pid
             pid = os.fork()
             if pid == 0:
-                _run_worker(worker, rank_env)
+                run_worker(worker, rank_env)
             pids[pid] = rank
         code = _watch(pids, env.get("TRAINSCOPE_LAUNCH_DIR"))
     except BaseException:
@@ -285,7 +288,7 @@ def fork_trainscope(args: Sequence[str], env: Mapping[str, str]) -> ForkedProces
     """``trainscope ARGS`` in a process forked from this one, in environment ``env``: what
     a scheduler's task (an ``srun`` task, a pod) would start, without a fresh interpreter.
     Its output goes to this process's file descriptors (``capfd`` reads it)."""
-    return ForkedProcess(_run_worker, list(args), dict(env))
+    return ForkedProcess(run_worker, list(args), dict(env))
 
 
 @contextlib.contextmanager
@@ -328,7 +331,7 @@ def forked_popen(
 
             def single(args: Sequence[str]) -> None:
                 os.setsid()
-                _run_worker(args, {**env})
+                run_worker(args, {**env})
 
             note(("process", list(argv[3:])))
             return ForkedProcess(single, list(argv[3:]))

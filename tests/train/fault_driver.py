@@ -17,7 +17,6 @@ time since the fork.
 
 from __future__ import annotations
 
-import contextlib
 import io
 import os
 import signal
@@ -28,15 +27,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tests.conftest import scaled
-from tests.forked_launch import ForkedProcess
+from tests.forked_launch import ForkedProcess, run_worker
 
 # A run of these tests is seconds; a hang is still caught.
 TIMEOUT_S = 60.0
 
 
 def _child(argv: Sequence[str], env: Mapping[str, str], cwd: Path | None, logs: Path) -> None:
-    """In the forked child: become ``trainscope ARGV``, then exit with its status."""
-    code = 1
+    """In the forked child: become ``trainscope ARGV`` in ``cwd`` with its output in
+    ``logs`` (:func:`tests.forked_launch.run_worker`), then exit with its status."""
     try:
         for fd, name in ((1, "stdout"), (2, "stderr")):
             target = os.open(logs / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -46,34 +45,12 @@ def _child(argv: Sequence[str], env: Mapping[str, str], cwd: Path | None, logs: 
         # launched process has them.
         sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), line_buffering=True)
         sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), line_buffering=True)
-        os.environ.clear()
-        os.environ.update(env)
         if cwd is not None:
             os.chdir(cwd)
-        signal.signal(signal.SIGINT, signal.default_int_handler)  # a fresh interpreter's
-        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
-                    signal.SIGALRM):  # fmt: skip
-            signal.signal(sig, signal.SIG_DFL)
-        from trainscope.profiling import system
-        from trainscope.runtime import signals
-
-        signals._fired.clear()  # the test process's signals and runs are not this one's
-        system._runs_started = 0
-        signals.die_with_parent()
-        sys.argv = ["trainscope", *argv]
-        from trainscope.cli import main
-
-        code = main(list(argv))
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    except BaseException:  # what an interpreter would print before exiting 1
+    except BaseException:
         traceback.print_exc()
-        code = 1
-    finally:
-        with contextlib.suppress(Exception):
-            sys.stdout.flush()
-            sys.stderr.flush()
-        os._exit(code)
+        os._exit(1)
+    run_worker(argv, env)  # exits
 
 
 class Forked:
