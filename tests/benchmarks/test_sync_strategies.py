@@ -51,7 +51,11 @@ def test_sync_verdicts_claim_nothing_from_one_run():
     lines = ss.verdicts({"ddp": [10.0], "gather-scatter": [20.0], "allreduce": [10.5]})
     assert len(lines) == 3 and not any(line.endswith("x") for line in lines)
     assert all("n=1 has no spread" in line for line in lines)
-    # Two runs each, apart: the min–max ranges decide, and they do not overlap.
+    # Two runs each, even apart: too few to conclude (a difference needs 3 each).
     two = {"ddp": [10.0, 10.5], "gather-scatter": [15.0, 16.0], "allreduce": [10.4, 11.0]}
-    assert ss.verdicts(two)[0] == "gather-scatter / ddp: 1.51x"
-    assert "no measurable difference at n=2" in ss.verdicts(two)[1]
+    assert "too few repeats to conclude at n=2" in ss.verdicts(two)[0]
+    # Three runs each: the min–max ranges decide.
+    three = {"ddp": [10.0, 10.2, 10.5], "gather-scatter": [15.0, 15.5, 16.0],
+             "allreduce": [10.4, 10.6, 11.0]}  # fmt: skip
+    assert ss.verdicts(three)[0] == "gather-scatter / ddp: 1.52x"
+    assert "no measurable difference at n=3" in ss.verdicts(three)[1]

@@ -322,7 +322,8 @@ def test_loader_finding_names_workers_and_seconds_per_epoch(loader_study: Built)
     assert "s/epoch" in finding
     fast = [f for f in loader_study.report.findings if f.startswith("The fast path")]
     assert len(fast) == 1
-    assert "faster than the default DataLoader" in fast[0] or "no measurable" in fast[0]
+    said = ("faster than the default DataLoader", "no measurable", "too few repeats to conclude")
+    assert any(text in fast[0] for text in said), fast[0]
 
 
 def test_loader_per_iteration_table_from_step_records(loader_study: Built) -> None:

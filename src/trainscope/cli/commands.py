@@ -173,6 +173,14 @@ def _add_study_parser(sub: Any) -> None:
         p.add_argument("--overwrite", action="store_true", help="redo every run of --out")
         p.add_argument("--repeats", type=int, default=3, metavar="N", help="default 3")
         p.add_argument(
+            "--remeasure",
+            type=int,
+            default=None,
+            metavar="N",
+            help="run a repeat measured under other load again, up to N more times (default "
+            "2, or TRAINSCOPE_REMEASURE; 0: only leave it out of the comparisons)",
+        )
+        p.add_argument(
             "--warmup",
             action=argparse.BooleanOptionalAction,
             default=True,
@@ -367,9 +375,11 @@ def cmd_study(args: argparse.Namespace) -> int:
         from trainscope.studies.base import execute_adaptive
 
         more = registry.load(entry.adaptive)
-        result = execute_adaptive(plan, out, more, overwrite=args.overwrite, say=say, run_fn=run_fn)
+        result = execute_adaptive(plan, out, more, overwrite=args.overwrite, say=say,
+                                  run_fn=run_fn, remeasure=args.remeasure)  # fmt: skip
     else:
-        result = execute(plan, out, overwrite=args.overwrite, say=say, run_fn=run_fn)
+        result = execute(plan, out, overwrite=args.overwrite, say=say, run_fn=run_fn,
+                         remeasure=args.remeasure)  # fmt: skip
     say(
         f"study {args.study}: {len(result.executed)} run(s) executed, "
         f"{len(result.skipped)} kept from before, {len(result.failed)} failed -> {out}"
@@ -451,6 +461,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parser = build_parser()
     args = parser.parse_args(argv)
+    # --threads auto reads the other load from here to the run (a window that costs no
+    # wait); imported after parsing, so that --help loads no more than the parsers.
+    from trainscope.runtime.threads import note_entry
+
+    note_entry()
     if args.command is None:
         parser.print_help()
         return 2

@@ -22,6 +22,7 @@ from trainscope.diagnosis.findings import (
     pct,
     severity_of,
 )
+from trainscope.diagnosis.load_rule import measured_under_load
 from trainscope.diagnosis.memory_rules import activations_near_limit, optimizer_states_near_limit
 from trainscope.diagnosis.straggler_rule import straggler
 from trainscope.diagnosis.sync_rules import ddp_overlap_lost, per_tensor_sync
@@ -427,6 +428,7 @@ def compile_unpaid(f: RunFacts) -> Finding | None:
 
 
 RULES: dict[str, Rule] = {
+    "measured-under-load": measured_under_load,
     "input-bound": input_bound,
     "h2d-unpinned": h2d_unpinned,
     "evaluation-heavy": evaluation_heavy,

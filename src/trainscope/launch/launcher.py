@@ -35,6 +35,7 @@ from trainscope.config import USER_OMP_ENV, DistConfig, RunConfig
 from trainscope.errors import ConfigError, DeviceError, Terminated, TrainscopeError
 from trainscope.records import launch_outcomes
 from trainscope.records.jsonio import try_json_object
+from trainscope.runtime.threads import launch_env_load
 
 
 def needs_launch(cfg: RunConfig) -> bool:
@@ -167,7 +168,12 @@ def launch(
         argv = torchrun_argv(cfg, path, extra) if torchrun else worker_argv(path, extra)
         # Each worker sets its own threads (--threads; auto: the cores shared out among
         # the node's processes), whatever OMP_NUM_THREADS torchrun gave it.
-        code = _wait(subprocess.Popen(argv, env=launch_env(tmp), start_new_session=True))
+        env = launch_env(tmp)
+        if torchrun and cfg.runtime.threads == "auto":
+            # Measured once here, before the ranks start: side by side they would each
+            # count the others' start-up as other load (runtime.threads).
+            env |= launch_env_load()
+        code = _wait(subprocess.Popen(argv, env=env, start_new_session=True))
         return launch_outcomes.conclude(Path(tmp), code)
 
 

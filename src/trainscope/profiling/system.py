@@ -91,8 +91,11 @@ class SystemSampler:
         gpus: bool = True,
         on_sample: Callable[[dict[str, Any]], None] | None = None,
         origin: float | None = None,
+        probe: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
         self.path = Path(path)
+        # Extra figures for each sample (the CPU meter's other load since the last one).
+        self._probe = probe
         # The run's clock origin (a perf_counter reading): each sample also carries
         # "mono", seconds since it, the axis the step records use.
         self.origin = origin
@@ -116,6 +119,8 @@ class SystemSampler:
             "rss_bytes": self._proc.memory_info().rss,
             "system_memory_percent": psutil.virtual_memory().percent,
         }
+        if self._probe is not None:
+            rec |= self._probe()
         if self._handles:
             gpus = []
             for i, h in enumerate(self._handles):

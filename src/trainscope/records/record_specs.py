@@ -121,9 +121,14 @@ CPU = _obj(
         "processes_on_node": Num(0, MAX_WORLD, null=True),
         "cores": Num(0, MAX_WORLD, null=True),
         "other_cores": Num(0, MAX_WORLD, null=True),
+        "other_cores_at_start": Num(0, MAX_WORLD, null=True),
+        "other_cores_sampled": _obj(
+            {"min": Num(0, MAX_WORLD), "max": Num(0, MAX_WORLD), "n": Int(0, 10**9)}
+        ),
         "oversubscribed": Bool(null=True),
         "threads_source": TEXT,
         "note": TEXT,
+        "load_change": TEXT,
     }
 )
 # Who placed the ranks (runtime.scheduler.Placement.record).
@@ -541,6 +546,14 @@ STUDY = Obj(
         "base_config": _obj({}),
         "runs": ListOf(PLANNED_RUN),
         "failures": MapOf(null=True),
+        "remeasure": _obj(
+            {
+                "bound": _obj({"attempts": Int(0, 100), "seconds": Num(0, 1e9)}),
+                "attempts": MapOf(ListOf(_obj({})), null=True),
+                "still_loaded": TEXTS,
+                "out_of_time": Bool(null=True),
+            }
+        ),
         "argv": TEXTS,
         "cost_model": COST_MODEL,
     },

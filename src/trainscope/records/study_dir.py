@@ -25,6 +25,7 @@ from trainscope.records.jsonio import atomic_write_json, read_json_object
 from trainscope.records.record_specs import STUDY
 from trainscope.records.run_dir import RecordWarning, RunRecord, load_run, output_root
 from trainscope.records.schema import check
+from trainscope.util.load import loaded
 
 STUDY_FILE = "study.json"
 STUDY_SCHEMA_VERSION = 1
@@ -150,10 +151,21 @@ class StudyRecord:
                 seen[r.config] = r
         return list(seen.values())
 
-    def measured(self, config: str) -> list[RunRecord]:
-        """Completed, non-warm-up runs of one configuration, in repeat order."""
+    def repeats(self, config: str) -> list[RunRecord]:
+        """Completed, non-warm-up runs of one configuration, in repeat order, loaded or not."""
         runs = [r for r in self.plan.runs if r.config == config and not r.warmup]
         return [rec for r in sorted(runs, key=lambda r: r.repeat) if (rec := self.completed(r))]
+
+    def measured(self, config: str) -> list[RunRecord]:
+        """The configuration's repeats that are evidence: completed, not the warm-up, and
+        not measured under other load (:func:`trainscope.util.load.loaded`). Every
+        comparison a report makes reads these."""
+        return [rec for rec in self.repeats(config) if not loaded(rec.summary)]
+
+    def loaded(self, config: str) -> list[RunRecord]:
+        """The configuration's completed repeats measured under other load: shown as
+        such, compared with nothing."""
+        return [rec for rec in self.repeats(config) if loaded(rec.summary)]
 
     @property
     def fresh_processes(self) -> bool:

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainscope.util.load import LOADED_OTHER_CORES, load_of, not_a_finding
+from trainscope.util.load import loaded as is_loaded
+
 
 def _num(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and x == x
@@ -40,7 +43,13 @@ def cpu_rows(summary: dict[str, Any]) -> list[list[object]]:
         ["CPU threads", f"{text} ({source})" if isinstance(source, str) else text]
     ]
     if _num(cpu.get("other_cores")):
-        rows.append(["Other load (cores busy)", f"{cpu['other_cores']:.1f}"])
+        text = f"{cpu['other_cores']:.1f}"
+        sampled = cpu.get("other_cores_sampled")
+        if isinstance(sampled, dict) and _num(sampled.get("min")) and _num(sampled.get("max")):
+            text += f" (samples: {sampled['min']:.1f}–{sampled['max']:.1f})"
+        if _num(cpu.get("other_cores_at_start")):
+            text += f"; {cpu['other_cores_at_start']:.1f} at start"
+        rows.append(["Other load (cores busy)", text])
     if isinstance(cpu.get("oversubscribed"), bool):
         rows.append(["CPU oversubscribed", "yes" if cpu["oversubscribed"] else "no"])
     return rows
@@ -53,6 +62,12 @@ def oversubscribed_note(summary: dict[str, Any]) -> str | None:
         return None
     note = cpu.get("note")
     return note if isinstance(note, str) else "CPU oversubscribed while this run ran"
+
+
+def load_change_note(summary: dict[str, Any]) -> str | None:
+    """The run's sentence when the other load changed while it ran, else None."""
+    note = cpu_section(summary).get("load_change")
+    return note if isinstance(note, str) and note else None
 
 
 def budget_kept(labels: dict[str, Any]) -> bool:
@@ -96,6 +111,50 @@ def study_cpu_lines(study: Any) -> list[str]:
             "contention. Rerun on a quiet machine before trusting a small difference."
         )
     return lines
+
+
+def study_load_lines(study: Any) -> list[str]:
+    """Plain-text lines for a study's header: the repeats measured under other load (left
+    out of every comparison), and what re-measuring them did."""
+    lines: list[str] = []
+    loaded = [
+        (r.id, rec.summary)
+        for r in study.plan.runs
+        if not r.warmup and (rec := study.completed(r)) is not None and is_loaded(rec.summary)
+    ]
+    kept = study.meta.get("remeasure") if isinstance(study.meta.get("remeasure"), dict) else {}
+    tried = kept.get("attempts") if isinstance(kept.get("attempts"), dict) else {}
+    bound = kept.get("bound") if isinstance(kept.get("bound"), dict) else {}
+    if tried:
+        recovered = len([k for k in tried if k not in (kept.get("still_loaded") or [])])
+        lines.append(
+            f"Re-measured under other load: {len(tried)} repeat(s) ran again (at most "
+            f"{bound.get('attempts', '?')} more runs each, {bound.get('seconds', '?')} s in "
+            f"all{'; ran out of time' if kept.get('out_of_time') else ''}); {recovered} "
+            "then ran without other load."
+        )
+    if loaded:
+        shown = ", ".join(f"{rid} ({load_of([s])})" for rid, s in loaded[:8])
+        more = f" and {len(loaded) - 8} more" if len(loaded) > 8 else ""
+        lines.append(
+            f"Measured under other load, so left out of every comparison: {shown}{more} "
+            f"(a repeat counts as loaded from {LOADED_OTHER_CORES:g} cores kept busy by "
+            "other processes, or when its threads and the other load did not fit on the "
+            "cores)."
+        )
+    return lines
+
+
+def load_findings(study: Any) -> list[str]:
+    """A "not a finding" sentence for each configuration whose every repeat was measured
+    under other load: it has no figure any comparison may use."""
+    out = []
+    for c in study.configs():
+        every = study.loaded(c.config)
+        if every and not study.measured(c.config):
+            what = f"all {len(every)} repeat(s) of {c.config}"
+            out.append(not_a_finding(what, [r.summary for r in every]))
+    return out
 
 
 def threads_per_process(labels: dict[str, Any], records: list[Any]) -> str:

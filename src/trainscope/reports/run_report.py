@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainscope.records.run_dir import RunRecord, load_run
 from trainscope.reports.console import make_console, print_line, print_table, table_to_rich
-from trainscope.reports.cpu import oversubscribed_note
+from trainscope.reports.cpu import load_change_note, oversubscribed_note
 from trainscope.reports.doctor_section import doctor_section
 from trainscope.reports.document import Document, escape_inline, inline_code, write_document
 from trainscope.reports.memory import memory_bars, memory_table
@@ -119,9 +119,9 @@ def _status_note(doc: Document, summary: dict[str, Any]) -> None:
     launch_error = summary.get("launch_error")
     if launch_error and launch_error != error:  # what this rank saw was only the effect
         doc.note(f"What ended the launch: {escape_inline(str(launch_error))}")
-    crowded = oversubscribed_note(summary)
-    if crowded:  # before the timings it makes incomparable
-        doc.note(f"**{escape_inline(crowded)}.**")
+    for crowded in (oversubscribed_note(summary), load_change_note(summary)):
+        if crowded:  # before the timings it makes incomparable
+            doc.note(f"**{escape_inline(crowded)}.**")
     for note in summary.get("notes") or []:  # e.g. "no validation data: ..."
         doc.note(escape_inline(str(note)))
 

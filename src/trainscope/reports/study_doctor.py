@@ -8,7 +8,9 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from trainscope.records.jsonio import try_json_object
 from trainscope.records.study_dir import StudyRecord
+from trainscope.reports.cpu import load_findings
 from trainscope.reports.document import Document, escape_inline, inline_code
 from trainscope.reports.section import Section, each_config
 from trainscope.reports.stats import fmt_spread, step_ms
@@ -144,7 +146,13 @@ def doctor_sections(study: StudyRecord, doc: Document, plots: Path) -> Section:
     )  # fmt: skip
     section.add_table(doc, "doctor", table)
     best = best_proven(study, steps)
-    if best is None:
+    lost = load_findings(study)
+    if best is None and lost:
+        line = (
+            "No verdict: " + "; ".join(lost) + ". Free the cores (or pass --threads 1) and "
+            "run --apply again: a fix measured beside other work is not proven or refuted."
+        )
+    elif best is None:
         line = "No fix is better than the baseline beyond the noise: keep the run as it was."
     else:
         cfg = next(c for c in each_config(study, "") if c.name == best)
@@ -156,6 +164,57 @@ def doctor_sections(study: StudyRecord, doc: Document, plots: Path) -> Section:
             f"Best proven: {escape_inline(best)}, {said}{what} "
             f"than the baseline. Command: {inline_code(_command(study, best))}"
         )
+        if m == "step" and (other := _wall_disagrees(study, steps, best)):
+            line += " " + other
     doc.paragraph(line)
     section.findings.append(line)
     return section
+
+
+def _original_steps(study: StudyRecord) -> int | None:
+    """Steps of the run the doctor re-measured (its own record, where it is readable)."""
+    path = Path(str(study.plan.options.get("run_dir", ""))) / "summary.json"
+    summary = try_json_object(path) if path.name and path.is_file() else None
+    steps = (summary or {}).get("steps")
+    return steps if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0 else None
+
+
+def _wall_disagrees(study: StudyRecord, figures: dict[str, Spread], best: str) -> str | None:
+    """When a fix proven faster per step took longer in wall time over the re-runs: both
+    figures, and which one counts for the run as recorded, with the reason."""
+    configs = {c.name: c for c in each_config(study, "")}
+    wall = {name: spread(_number(r.summary.get("wall_time_s")) for r in configs[name].runs)
+            for name in (best, BASELINE) if name in configs}  # fmt: skip
+    fix_w, base_w = wall.get(best), wall.get(BASELINE)
+    fix_s, base_s = figures.get(best), figures.get(BASELINE)
+    if not (fix_w and base_w and fix_w.ok and base_w.ok and fix_s and base_s):
+        return None
+    if fix_w.median <= base_w.median:  # type: ignore[operator]
+        return None
+    steps = _int(study.plan.options.get("steps"))
+    saved_ms = (base_s.median or 0.0) - (fix_s.median or 0.0)  # per step
+    # The wall difference of the short re-runs less what their steps saved: the fix's
+    # fixed cost (start-up, compile, allocation), paid once per run whatever its length.
+    fixed_s = (fix_w.median - base_w.median) + steps * saved_ms / 1e3  # type: ignore[operator]
+    n = _original_steps(study) or steps
+    gain_s = n * saved_ms / 1e3 - fixed_s
+    shown = (
+        f"Its wall time over the {steps}-step re-runs was {fmt_spread(fix_w)} s against "
+        f"the baseline's {fmt_spread(base_w)} s ({verdict(fix_w, base_w, 'wall')})."
+    )
+    if gain_s > 0:
+        return (
+            shown + f" The per-step figure is the one that counts for the run as "
+            f"recorded ({n} steps): it saves about {n * saved_ms / 1e3:.3g} s there "
+            f"against about {fixed_s:.3g} s of fixed cost the re-runs show."
+        )
+    return (
+        shown + f" The wall time is the one that counts for the run as recorded ({n} "
+        f"steps): its steps save about {n * saved_ms / 1e3:.3g} s, less than the "
+        f"{fixed_s:.3g} s of fixed cost the fix adds; it pays off only in longer runs."
+    )
+
+
+def _int(value: Any) -> int:
+    ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
+    return value if ok else 0

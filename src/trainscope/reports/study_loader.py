@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from trainscope.records.study_dir import PlannedRun, StudyRecord
+from trainscope.reports.bounds import beyond, invalid_text, recorded_cores, workers_bound
 from trainscope.reports.document import Document, escape_inline
 from trainscope.reports.section import Section
 from trainscope.reports.stats import (
@@ -22,6 +23,7 @@ from trainscope.reports.stats import (
 from trainscope.reports.study_plots import per_iteration_plot, workers_sweep_plot
 from trainscope.reports.tables import Table, fmt_pct, fmt_rate
 from trainscope.util.spread import (
+    MIN_N_TO_CLAIM,
     Spread,
     differ,
     indistinguishable_from_best,
@@ -57,6 +59,9 @@ def _sweep(study: StudyRecord, doc: Document, plots: Path, section: Section) -> 
         if sp.median is not None:
             stats[cfg.config] = (sp, cfg)
     base = stats.get("w0")
+    cores = recorded_cores(
+        r.summary for c in study.configs("sweep") for r in study.measured(c.config)
+    )
     for name, (sp, cfg) in stats.items():
         variant = cfg.labels.get("variant", "default")
         w = _count(cfg.labels.get("num_workers"))
@@ -72,7 +77,7 @@ def _sweep(study: StudyRecord, doc: Document, plots: Path, section: Section) -> 
                 fmt_spread(sp),
                 fmt_spread(spread(rate(r.summary) for r in recs), fmt_rate),
                 fmt_sig(start.median),
-                _speedup(base[0], sp) if base else "–",
+                _speedup(base[0], sp, _bound(cfg, cores)) if base else "–",
             ]
         )
     na = sorted({c.reason for c in study.configs("sweep") if not c.applicable and c.reason})
@@ -111,7 +116,7 @@ def _sweep(study: StudyRecord, doc: Document, plots: Path, section: Section) -> 
     for reason in na:
         doc.note(f"pin_memory variants not run: {escape_inline(reason)}.")
     if best is not None and base:
-        text = _fastest_text(best, tied, stats, base[0])
+        text = _fastest_text(best, tied, stats, base[0], cores)
         section.findings.append(text)
         doc.paragraph(escape_inline(text))
     if fast and base:
@@ -139,20 +144,52 @@ def _setting(cfg: PlannedRun) -> str:
     return f"{cfg.labels.get('num_workers')} workers{extra}"
 
 
-def _speedup(base: Spread, sp: Spread) -> str:
-    """Default time over this setting's, only where the spreads do not overlap."""
+def _bound(cfg: PlannedRun, cores: float | None) -> float | None:
+    """The most a DataLoader setting's workers can gain over num_workers=0 (None: the fast
+    path, which is another method, not more workers)."""
+    if cfg.labels.get("variant", "default") == "fast":
+        return None
+    return workers_bound(_count(cfg.labels.get("num_workers")), cores)
+
+
+def _speedup(base: Spread, sp: Spread, bound: float | None = None) -> str:
+    """Default time over this setting's, only where the spreads do not overlap; "invalid"
+    beyond what its workers can give."""
     if sp is base:
         return "1.00x"
+    if bound is not None and beyond(base, sp, bound) is not None:
+        return "invalid"
     if differ(base, sp) and sp.median:
         return f"{base.median / sp.median:.2f}x"  # type: ignore[operator]
     return "≈"
 
 
 def _fastest_text(
-    best: str, tied: list[str], stats: dict[str, tuple[Spread, PlannedRun]], base: Spread
+    best: str,
+    tied: list[str],
+    stats: dict[str, tuple[Spread, PlannedRun]],
+    base: Spread,
+    cores: float | None = None,
 ) -> str:
-    """The fastest DataLoader setting, or the group that the noise cannot separate."""
+    """The fastest DataLoader setting, or the group that the noise cannot separate; an
+    invalid measurement where its speed-up is beyond what its workers can give."""
     sp, cfg = stats[best]
+    bound = _bound(cfg, cores)
+    floor = beyond(base, sp, bound) if bound is not None and best != "w0" else None
+    if floor is not None and bound is not None:
+        why = f"{_setting(cfg)}" + (f" on {cores:g} cores" if cores else "") + " can give"
+        return (
+            f"{_setting(cfg)} vs num_workers=0: "
+            + invalid_text("the speed-up", floor, bound, why)
+            + f" ({fmt_sig(sp.median, 4)} vs {fmt_sig(base.median, 4)} s/epoch, "
+            f"n={sp.n} and {base.n})."
+        )
+    if len(tied) > 1 and min(stats[k][0].n for k in tied) < MIN_N_TO_CLAIM:
+        return (
+            f"No fastest DataLoader setting named: too few repeats to conclude "
+            f"(n={min(stats[k][0].n for k in tied)}; {MIN_N_TO_CLAIM} each needed); the lowest "
+            f"median is {_setting(cfg)}, {fmt_sig(sp.median, 4)} s/epoch."
+        )
     if len(tied) > 1:
         names = ", ".join(_setting(stats[k][1]) for k in tied)
         return (

@@ -18,7 +18,7 @@ from typing import Any
 from trainscope import registry
 from trainscope.records.study_dir import StudyRecord, load_study
 from trainscope.reports.console import make_console, print_line, print_table
-from trainscope.reports.cpu import study_cpu_lines
+from trainscope.reports.cpu import load_findings, study_cpu_lines, study_load_lines
 from trainscope.reports.document import Document, escape_inline, inline_code, write_document
 from trainscope.reports.outdir import ReportFiles, default_or, report_dir
 from trainscope.reports.section import Section
@@ -114,6 +114,10 @@ def study_header(study: StudyRecord, doc: Document) -> None:
     doc.bullets(machine)
     for line in study_cpu_lines(study):  # plan and record text: escaped
         doc.paragraph(escape_inline(line))
+    for line in study_load_lines(study):
+        doc.note(escape_inline(line))
+    for line in load_findings(study):
+        doc.note(f"**{escape_inline(line)}.**")
     failed = study.failed()
     if failed:
         doc.note(f"{len(failed)} run(s) failed; they are left out of the statistics:")
@@ -202,7 +206,7 @@ def _write_study_report(study: StudyRecord, out: Path) -> StudyReport:
         kind=kind,
         status=study.status,
         tables=section.tables,
-        findings=section.findings,
+        findings=load_findings(study) + section.findings,
     )
     report.files += write_document(doc, out)
     tex = out / "tables.tex"

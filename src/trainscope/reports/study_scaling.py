@@ -9,11 +9,12 @@ from typing import Any
 from trainscope.comm.cost_model import given
 from trainscope.comm.scaling import DEVICES, project
 from trainscope.records.study_dir import StudyRecord
+from trainscope.reports.bounds import beyond, cores_bound, invalid_text, recorded_cores
 from trainscope.reports.document import Document, escape_inline
 from trainscope.reports.section import Section
 from trainscope.reports.stats import MISSING, SPREAD_NOTE, fmt_spread, step_ms
 from trainscope.reports.tables import Table
-from trainscope.util.spread import Spread, differ, spread
+from trainscope.util.spread import MIN_N_TO_CLAIM, Spread, differ, spread
 
 FIXED_STAGES = ("setup", "compile", "evaluation", "checkpoint", "other")
 """Stages no number of devices shortens (start-up, evaluation...): Amdahl's serial part."""
@@ -35,13 +36,27 @@ def grad_bytes(summary: dict[str, Any]) -> int | None:
     return sum(sizes) if ok and sizes else None
 
 
+def _bound_broken(mode: str, n: int, base: Spread, st: Spread, cores: float | None) -> str | None:
+    """Why ``n`` processes' step against one process's is an invalid measurement (beyond
+    what physics allows at every reading of the spreads), or None."""
+    if mode == "weak":  # each process does one process's work: its step is no shorter
+        floor = beyond(base, st, 1.0)
+        why = "weak scaling allows (a process's step no shorter than one process's)"
+        return None if floor is None else invalid_text("the per-process speed", floor, 1.0, why)
+    bound = cores_bound(n, cores)
+    floor = beyond(base, st, bound)
+    why = f"{n} processes on {cores:g} cores can give" if cores else f"{n} processes can give"
+    return None if floor is None else invalid_text("the speed-up", floor, bound, why)
+
+
 def _mode_rows(
     study: StudyRecord, mode: str
-) -> tuple[list[list[Any]], dict[int, Spread], list, set[int]]:
+) -> tuple[list[list[Any]], dict[int, Spread], list, set[int], dict[int, str]]:
     rows: list[list[Any]] = []
     steps: dict[int, Spread] = {}
     summaries: list[dict[str, Any]] = []
     over: set[int] = set()  # process counts that did not fit the core budget
+    invalid: dict[int, str] = {}  # process counts whose speed-up breaks a physical bound
     for cfg in study.configs():
         if cfg.labels.get("mode") != mode:
             continue
@@ -66,12 +81,21 @@ def _mode_rows(
             continue
         speed = base.median / st.median * (n if mode == "weak" else 1)
         eff = speed / n
-        noise = "" if n == 1 or differ(base, st) else " (spreads overlap)"
+        broken = None if n == 1 else _bound_broken(mode, n, base, st, recorded_cores(summaries))
+        if broken:
+            invalid[n] = broken
+            row[5], row[6] = f"{speed:.2f}x (invalid)", f"{100 * eff:.0f}% (invalid)"
+            continue
+        noise = "" if n == 1 or differ(base, st) else f" ({_why_no_claim(base, st)})"
         row[5], row[6] = f"{speed:.2f}x{noise}", f"{100 * eff:.0f}%"
-    return rows, steps, summaries, over
+    return rows, steps, summaries, over, invalid
 
 
-def _finding(mode: str, row: list[Any], one: list[Any], over: bool) -> str:
+def _why_no_claim(a: Spread, b: Spread) -> str:
+    return "too few repeats" if min(a.n, b.n) < MIN_N_TO_CLAIM else "spreads overlap"
+
+
+def _finding(mode: str, row: list[Any], one: list[Any], over: bool, invalid: str | None) -> str:
     """One sentence on a process count against one process."""
     n = str(row[0]).split()[0]
     if over:
@@ -79,6 +103,12 @@ def _finding(mode: str, row: list[Any], one: list[Any], over: bool) -> str:
                 "(oversubscribed): shown, not compared.")  # fmt: skip
     if row[3] == MISSING:
         return f"{mode} scaling on {n} processes: no steady-state step measured."
+    if invalid:
+        return (f"{mode} scaling on {n} processes: {invalid} (step {row[3]} ms against "
+                f"{one[3]} ms on one).")  # fmt: skip
+    if "too few repeats" in str(row[5]):
+        return (f"{mode} scaling on {n} processes: too few repeats to conclude (step "
+                f"{row[3]} ms against {one[3]} ms on one; 3 repeats each needed).")  # fmt: skip
     return (f"{mode} scaling on {n} processes: speed-up {row[5]}, efficiency {row[6]} "
             f"(step {row[3]} ms against {one[3]} ms on one).")  # fmt: skip
 
@@ -123,7 +153,7 @@ def scaling_sections(study: StudyRecord, doc: Document, plots: Path) -> Section:
     strategy = escape_inline(str(study.plan.options.get("strategy")))
     for mode in study.plan.options.get("modes") or []:
         doc.heading(f"{mode.capitalize()} scaling ({strategy})", 3)
-        rows, steps, summaries, over = _mode_rows(study, mode)
+        rows, steps, summaries, over, invalid = _mode_rows(study, mode)
         ideal = "1/n of one process's" if mode == "strong" else "one process's"
         table = Table(
             ["Processes", "Global batch", "n", "Step (ms)", "Samples/s", "Speed-up",
@@ -139,7 +169,8 @@ def scaling_sections(study: StudyRecord, doc: Document, plots: Path) -> Section:
         section.tables[mode] = table
         doc.table(table)
         for row in rows[1:]:
-            text = _finding(mode, row, rows[0], int(str(row[0]).split()[0]) in over)
+            n = int(str(row[0]).split()[0])
+            text = _finding(mode, row, rows[0], n in over, invalid.get(n))
             section.findings.append(text)
             doc.paragraph(escape_inline(text))
         _projection(doc, section, study, mode, steps, summaries)

@@ -11,6 +11,7 @@ from typing import Any
 from trainscope import registry
 from trainscope.records.run_dir import STAGE_LABELS, RunRecord
 from trainscope.records.study_dir import StudyRecord
+from trainscope.reports.bounds import beyond, cores_bound, invalid_text, recorded_cores
 from trainscope.reports.cpu import budget_kept, threads_per_process
 from trainscope.reports.document import Document, escape_inline
 from trainscope.reports.memory import cuda_peak, memory_of
@@ -125,6 +126,10 @@ class StrategyRows(ConfigRows):
     per_stage: dict[str, dict[str, float]] = field(default_factory=dict)
     spreads: dict[str, Spread] = field(default_factory=dict)
     """Time per iteration of the strategies the findings may compare."""
+    processes: dict[str, int] = field(default_factory=dict)
+    """Processes of each strategy (the bound on what it can gain over one)."""
+    cores: float | None = None
+    """The fewest cores a run recorded it could use (None: not recorded)."""
     notes: list[str] = field(default_factory=list)
 
 
@@ -133,6 +138,7 @@ def strategies_rows(study: StudyRecord) -> StrategyRows:
     configs = each_config(study, "strategy")
     measured = [r.summary for c in configs for r in c.runs]
     data = StrategyRows(main_quality(task_of(measured)), cuda_peak(measured))
+    data.cores = recorded_cores(measured)
     for c in configs:
         data.labels.append(c.name)
         if not c.runs:
@@ -144,6 +150,7 @@ def strategies_rows(study: StudyRecord) -> StrategyRows:
         data.iters.add(per_iter)
         if per_iter.median and budget_kept(c.planned.labels):  # findings: like with like
             data.spreads[c.name] = per_iter
+            data.processes[c.name] = int(c.planned.labels.get("processes") or 1)
         data.per_stage[c.name] = _stage_ms(c.runs)
     return data
 
@@ -235,7 +242,7 @@ def strategies_sections(study: StudyRecord, doc: Document, plots: Path) -> Secti
     files = _stacked_stage_plot(data.per_stage, plots / "strategies_stages.png")
     if files:
         doc.figure(files[0], "Each strategy's iteration split into its stages (rank 0)", None)
-    for text in _ratios(data.spreads):
+    for text in _ratios(data.spreads, data.processes, data.cores):
         section.findings.append(text)
         doc.paragraph(text)
     if data.notes:
@@ -245,9 +252,14 @@ def strategies_sections(study: StudyRecord, doc: Document, plots: Path) -> Secti
     return section
 
 
-def _ratios(spreads: dict[str, Spread]) -> list[str]:
+def _ratios(
+    spreads: dict[str, Spread], processes: dict[str, int] | None = None, cores: float | None = None
+) -> list[str]:
     """Time-per-iteration ratios of the pairs people ask about, where both ran: a ratio
-    only where the two spreads do not overlap, else "no measurable difference"."""
+    only where the two spreads do not overlap, else "no measurable difference"; a
+    several-process strategy faster than one process by more than its processes (or the
+    cores) can give is an invalid measurement (reports.bounds)."""
+    processes = processes or {}
     pairs = [
         ("gather-scatter", "allreduce", "hand-written sync through rank 0 vs all-reduce"),
         ("allreduce", "ddp", "per-tensor all-reduce after backward vs DDP's buckets"),
@@ -264,7 +276,15 @@ def _ratios(spreads: dict[str, Spread]) -> list[str]:
             continue
         sa, sb = spreads[a], spreads[b]
         figures = f"{fmt_sig(sa.median)} vs {fmt_sig(sb.median)} ms, n={sa.n} and {sb.n}"
-        if differ(sa, sb):
+        procs = processes.get(a, 1)
+        floor = beyond(sb, sa, cores_bound(procs, cores)) if b == "single" and procs > 1 else None
+        if floor is not None:
+            why = f"{procs} processes" + (f" on {cores:g} cores" if cores else "") + " can give"
+            bad = invalid_text(
+                f"{a}'s speed over one process", floor, cores_bound(procs, cores), why
+            )
+            out.append(f"{a} / {b} time per iteration: {bad} ({what}; {figures}).")
+        elif differ(sa, sb):
             ratio = sa.median / sb.median  # type: ignore[operator]
             out.append(f"{a} / {b} time per iteration: {ratio:.2f}x ({what}; {figures}).")
         else:

@@ -8,16 +8,27 @@ more about thread contention than about the configuration, so a run sets its thr
 count explicitly, records it with the cores it could use and the load it shared them
 with, and says when the two did not fit.
 
+``--threads auto`` (the default) therefore counts the cores other processes keep busy
+before the run starts, over a window that costs nothing: from the moment the command
+started (:func:`note_entry`, before torch is imported) to the thread plan, less this
+process's own CPU time over it. The threads are what fits on the cores left free (at
+least one). A launcher that starts several ranks measures once, before they start, and
+passes the figure on (:data:`OTHER_LOAD_ENV`): ranks starting side by side would
+otherwise count each other as load.
+
 The rule (also in docs/reliability.md): the CPU is *oversubscribed* when this run's
 threads (intra-op threads x processes on the node) plus the other load measured while it
 ran exceed the cores it may use, by more than :data:`MARGIN_CORES`. The other load is
 the machine's busy CPU time over the run (from /proc/stat, counting only the cores in
 this process's affinity) minus the CPU time of the run's own processes (their threads
 and DataLoader workers), divided by the wall time: how many cores others kept busy.
+The same figure, per sample of the system sampler, says whether the load changed while
+the run ran (:data:`trainscope.util.load.LOAD_STEP_CORES`).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -27,10 +38,23 @@ import psutil
 
 from trainscope.config import MAX_THREADS, USER_OMP_ENV
 from trainscope.config import available_cpus as usable_cores
+from trainscope.util.load import LOAD_STEP_CORES, MARGIN_CORES
 
-MARGIN_CORES = 0.25
-"""Slack before a run counts as oversubscribed: the sampler, the launcher and the
-system's own daemons keep a little CPU busy on any machine."""
+OTHER_LOAD_ENV = "TRAINSCOPE_OTHER_LOAD"
+"""Set by trainscope's launcher for its ranks: ``"<cores>,<window s>"``, the other load
+it measured just before starting them."""
+
+MIN_WINDOW_S = 0.1
+"""The shortest window the other load is read over; a shorter one (a run started from
+Python right after import) waits the rest. /proc/stat counts in 10 ms ticks per core."""
+
+
+@dataclass(frozen=True)
+class OtherLoad:
+    """Cores other processes kept busy over a window just before the run."""
+
+    cores: float
+    window_s: float
 
 
 @dataclass(frozen=True)
@@ -45,15 +69,13 @@ class ThreadPlan:
     cores: int
     processes: int
     """Processes of the run on this node (ranks; DataLoader workers not counted)."""
+    other_at_start: OtherLoad | None = None
+    """The other load the plan was made for (``auto`` only; None: not measured)."""
 
 
-def plan_threads(requested: int | str, processes: int, cores: int | None = None) -> ThreadPlan:
-    """The thread count for ``requested`` (a number or ``"auto"``) with ``processes`` ranks
-    on this node: ``auto`` takes ``OMP_NUM_THREADS`` where the environment sets it (as
-    torchrun does for its workers), else the usable cores shared out among the processes
-    (at least one each)."""
-    cores = usable_cores() if cores is None else cores
-    processes = max(1, processes)
+def _fixed(requested: int | str, processes: int, cores: int) -> ThreadPlan | None:
+    """The plan where nothing needs measuring: a number asked for, or under ``auto`` the
+    OMP_NUM_THREADS the user set; else None."""
     if requested != "auto":
         n = int(requested)
         return ThreadPlan(n, n, f"--threads {n}", cores, processes)
@@ -61,9 +83,114 @@ def plan_threads(requested: int | str, processes: int, cores: int | None = None)
     if env.isdigit() and int(env) > 0:
         n = min(int(env), MAX_THREADS)
         return ThreadPlan(n, "auto", f"auto: OMP_NUM_THREADS={n}", cores, processes)
+    return None
+
+
+def plan_threads(
+    requested: int | str,
+    processes: int,
+    cores: int | None = None,
+    other: OtherLoad | None = None,
+) -> ThreadPlan:
+    """The thread count for ``requested`` (a number or ``"auto"``) with ``processes`` ranks
+    on this node: ``auto`` takes ``OMP_NUM_THREADS`` where the user set it, else what fits
+    on the cores ``other`` load left free, shared out among the processes (at least one
+    each; without ``other``, every usable core)."""
+    cores = usable_cores() if cores is None else cores
+    processes = max(1, processes)
+    if (fixed := _fixed(requested, processes, cores)) is not None:
+        return fixed
+    share = f"{processes} process{'es' * (processes != 1)}"
     n = max(1, cores // processes)
-    why = f"auto: {cores} cores / {processes} process{'es' * (processes != 1)}"
-    return ThreadPlan(n, "auto", why, cores, processes)
+    if other is None:
+        return ThreadPlan(n, "auto", f"auto: {cores} cores / {share}", cores, processes)
+    # What fits: threads x processes + other load <= cores + the margin (the rule below).
+    fits = math.floor((cores + MARGIN_CORES - other.cores) / processes + 1e-9)
+    n = max(1, min(n, fits))
+    busy = f"{other.cores:.1f} kept busy by other processes" if other.cores >= 0.05 else "none busy"
+    why = f"auto: {cores} cores, {busy} (over {other.window_s:.2f} s at start) / {share}"
+    return ThreadPlan(n, "auto", why, cores, processes, other)
+
+
+def plan_run_threads(requested: int | str, processes: int) -> ThreadPlan:
+    """:func:`plan_threads` for a run about to start: the other load is measured only where
+    ``auto`` will use it."""
+    cores, processes = usable_cores(), max(1, processes)
+    fixed = _fixed(requested, processes, cores)
+    return fixed or plan_threads(requested, processes, cores, other_load_at_start(processes))
+
+
+@dataclass(frozen=True)
+class LoadReading:
+    """The CPU counters a window of other load starts or ends with."""
+
+    t: float
+    busy: float | None
+    """CPU-seconds the process's cores spent busy since boot (None: unreadable)."""
+    own: float
+    """CPU-seconds of the run's own processes (see :func:`_own_seconds`)."""
+
+    @classmethod
+    def take(cls, tree: psutil.Process, cores: set[int] | None) -> LoadReading:
+        """The counters now, for the process tree ``tree`` on ``cores``."""
+        return cls(time.perf_counter(), _busy_seconds(cores), _own_seconds(tree))
+
+    def other_since(self, start: LoadReading) -> float | None:
+        """Cores kept busy by processes outside the tree between ``start`` and this one."""
+        wall = self.t - start.t
+        if self.busy is None or start.busy is None or wall <= 0:
+            return None
+        return max(0.0, (self.busy - start.busy - (self.own - start.own)) / wall)
+
+
+def _affinity() -> set[int] | None:
+    try:
+        return set(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None
+
+
+_entry: LoadReading | None = None
+# The command's first reading (note_entry): the other load up to the first thread plan is
+# read over the imports that come before it, for free. Taken by the first run only.
+
+
+def note_entry() -> None:
+    """Take the reading the first run's other-load window starts from (the CLI calls this
+    before it imports torch)."""
+    global _entry
+    _entry = LoadReading.take(psutil.Process(), _affinity())
+
+
+def other_load_at_start(processes: int) -> OtherLoad | None:
+    """The other load on this process's cores just before a run: from the launcher
+    (:data:`OTHER_LOAD_ENV`), else over the window since :func:`note_entry` (or a short
+    one of :data:`MIN_WINDOW_S` now). None for ranks of a launch that did not measure
+    (their neighbours starting up would read as load)."""
+    given = os.environ.get(OTHER_LOAD_ENV, "")
+    if given:
+        try:
+            cores_s, window_s = (float(x) for x in given.split(","))
+            return OtherLoad(max(0.0, cores_s), max(0.0, window_s))
+        except ValueError:
+            return None
+    if processes > 1:
+        return None
+    global _entry
+    proc, cores = psutil.Process(), _affinity()
+    start, _entry = _entry, None
+    if start is None or time.perf_counter() - start.t < MIN_WINDOW_S:
+        start = start or LoadReading.take(proc, cores)
+        time.sleep(max(0.0, MIN_WINDOW_S - (time.perf_counter() - start.t)))
+    end = LoadReading.take(proc, cores)
+    other = end.other_since(start)
+    return None if other is None else OtherLoad(other, end.t - start.t)
+
+
+def launch_env_load() -> dict[str, str]:
+    """The launcher's reading for its ranks (:data:`OTHER_LOAD_ENV`), or {} without one."""
+    load = other_load_at_start(1)
+    return {} if load is None else {OTHER_LOAD_ENV: f"{load.cores:.3f},{load.window_s:.3f}"}
 
 
 def apply_threads(plan: ThreadPlan) -> None:
@@ -115,16 +242,14 @@ def _pressure_us() -> float | None:
 
 
 class CpuMeter:
-    """Readings at the start of a run; :meth:`section` turns them into what it shared the
+    """Readings at the start of a run; :meth:`tick` (each system sample) reads the other
+    load since the last one, and :meth:`section` turns them into what the run shared the
     CPU with, at the end."""
 
     def __init__(self, plan: ThreadPlan) -> None:
         self.plan = plan
         self._proc = psutil.Process()
-        try:
-            self._cores: set[int] | None = set(os.sched_getaffinity(0))
-        except (AttributeError, OSError):
-            self._cores = None
+        self._cores = _affinity()
         try:
             self.load_before: list[float] | None = [round(x, 2) for x in os.getloadavg()]
         except OSError:
@@ -133,6 +258,35 @@ class CpuMeter:
         self._busy0 = _busy_seconds(self._cores)
         self._own0 = _own_seconds(self._proc)
         self._psi0 = _pressure_us()
+        self._tree = self._node_tree()
+        self._last = LoadReading.take(self._tree, self._cores)
+        self.samples: list[float] = []
+        """The other load over each interval between ticks (cores)."""
+
+    def _node_tree(self) -> psutil.Process:
+        """The processes whose CPU a per-sample reading counts as the run's own: this one's
+        tree, or with several ranks on the node their launcher's (torchrun's agent, or
+        slurmstepd), which holds every local rank and its workers."""
+        if self.plan.processes > 1:
+            try:
+                parent = self._proc.parent()
+                if parent is not None:
+                    return parent
+            except psutil.Error:
+                pass
+        return self._proc
+
+    def tick(self) -> dict[str, float]:
+        """The other load since the last tick, for a system sample (``{}`` unreadable)."""
+        try:
+            now = LoadReading.take(self._tree, self._cores)
+        except psutil.Error:
+            return {}
+        other, self._last = now.other_since(self._last), now
+        if other is None:
+            return {}
+        self.samples.append(other)
+        return {"other_cores": round(other, 3)}
 
     def plan_note(self) -> str | None:
         """A warning before the run starts when its own threads exceed the cores."""
@@ -152,6 +306,7 @@ class CpuMeter:
         wall = max(time.perf_counter() - self._t0, 1e-9)
         busy = _busy_seconds(self._cores)
         psi = _pressure_us()
+        start = self.plan.other_at_start
         out: dict[str, Any] = {
             "threads": self.plan.threads,
             "threads_requested": self.plan.requested,
@@ -162,6 +317,7 @@ class CpuMeter:
             "processes_on_node": self.plan.processes,
             "dataloader_workers": workers,
             "load_average_before": self.load_before,
+            "other_cores_at_start": None if start is None else round(start.cores, 3),
             "measured_s": wall,
             "busy_cores": (busy - self._busy0) / wall
             if busy is not None and self._busy0 is not None
@@ -170,8 +326,41 @@ class CpuMeter:
             "cpu_pressure_share": min(1.0, (psi - self._psi0) / 1e6 / wall)
             if psi is not None and self._psi0 is not None
             else None,
+            "other_cores_sampled": _range(self.samples),
         }
         return verdict(out, [out["own_cores"]])
+
+
+def _range(xs: list[float]) -> dict[str, Any] | None:
+    """min, max and count of the per-sample other load, or None without samples."""
+    if not xs:
+        return None
+    return {"min": round(min(xs), 3), "max": round(max(xs), 3), "n": len(xs)}
+
+
+def load_change_note(section: dict[str, Any]) -> str | None:
+    """One sentence when the other load changed while the run ran (between its samples,
+    or from what its threads were chosen for), else None."""
+    sampled = section.get("other_cores_sampled") or {}
+    at_start, mean = section.get("other_cores_at_start"), section.get("other_cores")
+    lo, hi = sampled.get("min"), sampled.get("max")
+    moved = (
+        isinstance(lo, float | int) and isinstance(hi, float | int) and hi - lo >= LOAD_STEP_CORES
+    )
+    drifted = (
+        isinstance(at_start, float | int)
+        and isinstance(mean, float | int)
+        and abs(mean - at_start) >= LOAD_STEP_CORES
+    )
+    if not (moved or drifted):
+        return None
+    seen = (
+        f"from {lo:.1f} to {hi:.1f} cores busy (per-sample readings)"
+        if moved
+        else f"{mean:.1f} cores busy on average"
+    )
+    start = f"; its threads were chosen for {at_start:.1f} at start" if drifted else ""
+    return f"other load changed during the run: other processes kept {seen}{start}"
 
 
 def verdict(section: dict[str, Any], own_cores: list[float]) -> dict[str, Any]:
@@ -188,6 +377,7 @@ def verdict(section: dict[str, Any], own_cores: list[float]) -> dict[str, Any]:
     over = demand + (other or 0.0) > out["cores"] + MARGIN_CORES
     out["oversubscribed"] = over
     out["note"] = oversubscription_note(out) if over else None
+    out["load_change"] = load_change_note(out)
     return out
 
 

@@ -34,7 +34,9 @@ from trainscope.records.study_dir import (
     read_study_file,
     write_study,
 )
+from trainscope.studies.remeasure import MIN_SECONDS, Bound, attempts_wanted, remeasure
 from trainscope.train.console import RunConsole
+from trainscope.util.load import load_of, loaded
 from trainscope.util.textsafe import terminal_text
 
 if TYPE_CHECKING:
@@ -82,19 +84,24 @@ def execute(
     overwrite: bool = False,
     say: Say | None = None,
     run_fn: Callable[..., dict[str, Any]] | None = None,
+    remeasure: int | None = None,
 ) -> StudyResult:
     """Run every applicable planned run not yet completed; write study.json as it goes.
 
     An existing study directory must hold the same plan (same kind, options, base config
     and runs) unless ``overwrite`` is set, in which case every run is redone. A failing
     run is recorded and the study goes on; Ctrl-C marks the study interrupted and stops.
+    Repeats measured under other load are run again, up to ``remeasure`` more times each
+    (:mod:`trainscope.studies.remeasure`; None: its default).
     ``run_fn`` replaces :func:`trainscope.train.run.run` (tests count calls with it).
     """
     say = say or (lambda text: print(terminal_text(text), file=sys.stderr))
     study_dir = Path(study_dir)
+    attempts = attempts_wanted(remeasure)
     existing = claim_dir(study_dir, "study", existing="clear" if overwrite else "keep")
     with existing:  # the study's lock, held until it ends
-        return _execute(plan, existing, overwrite=overwrite, say=say, run_fn=run_fn)
+        return _execute(plan, existing, overwrite=overwrite, say=say, run_fn=run_fn,
+                        remeasure=attempts)  # fmt: skip
 
 
 @dataclass
@@ -116,9 +123,13 @@ class _Session:
     at prepare_run_dir): kept in study.json so the report can name them."""
     durations: list[float] = field(default_factory=list)
     """Of the runs executed so far: the basis of "about ... left"."""
+    remeasured: dict[str, Any] | None = None
+    """What re-measuring the loaded repeats did (study.json's ``remeasure``)."""
 
     def write(self, status: str, **extra: Any) -> None:
         """study.json with ``status`` (its keys in the same order every time)."""
+        if self.remeasured is not None:
+            extra["remeasure"] = self.remeasured
         write_study(
             self.study_dir, self.plan, status, started_at=self.started, **extra, argv=self.argv
         )
@@ -137,6 +148,7 @@ def execute_adaptive(
     overwrite: bool = False,
     say: Say | None = None,
     run_fn: Callable[..., dict[str, Any]] | None = None,
+    remeasure: int | None = None,
 ) -> StudyResult:
     """:func:`execute` for a study whose later runs depend on what earlier ones measured
     (a search): once the planned runs are done, ``more`` adds the next ones, until it
@@ -144,9 +156,11 @@ def execute_adaptive(
     replays the same decisions from the kept records, so it resumes like any study."""
     say = say or (lambda text: print(terminal_text(text), file=sys.stderr))
     study_dir = Path(study_dir)
+    attempts = attempts_wanted(remeasure)
     existing = claim_dir(study_dir, "study", existing="clear" if overwrite else "keep")
     with existing:
-        return _execute(plan, existing, overwrite=overwrite, say=say, run_fn=run_fn, more=more)
+        return _execute(plan, existing, overwrite=overwrite, say=say, run_fn=run_fn, more=more,
+                        remeasure=attempts)  # fmt: skip
 
 
 def _extend(session: _Session, owned: OwnedDir, more: More, overwrite: bool) -> bool:
@@ -177,6 +191,7 @@ def _execute(
     say: Say,
     run_fn: Callable[..., dict[str, Any]] | None,
     more: More | None = None,
+    remeasure: int = 0,
 ) -> StudyResult:
     """:func:`execute` in the claimed (locked, marked) study directory."""
     session = _start(plan, owned, overwrite=overwrite, say=say, run_fn=run_fn,
@@ -189,6 +204,8 @@ def _execute(
                 _run_planned(session, i, session.todo[i - 1])
             if more is None or not _extend(session, owned, more, overwrite):
                 break
+        if remeasure:
+            _remeasure_loaded(session, remeasure)
     except (KeyboardInterrupt, Terminated) as e:
         status = "interrupted" if isinstance(e, KeyboardInterrupt) else f"stopped ({e})"
         done = sum(_completed(session.study_dir / r.rel_dir) for r in session.todo)
@@ -250,12 +267,13 @@ def _start(
     return session
 
 
-def _run_planned(session: _Session, i: int, planned: PlannedRun) -> None:
-    """Run the ``i``-th of the session's runs into its directory (or keep it, done before).
-    A failing run is recorded and said, and the study goes on; Ctrl-C is raised."""
+def _run_planned(session: _Session, i: int, planned: PlannedRun, again: bool = False) -> None:
+    """Run the ``i``-th of the session's runs into its directory (or keep it, done before;
+    ``again``: re-measured). A failing run is recorded and said, and the study goes on;
+    Ctrl-C is raised."""
     todo, result, say = session.todo, session.result, session.say
     run_dir = session.study_dir / planned.rel_dir
-    tag = f"[{i}/{len(todo)}] {planned.id}"
+    tag = f"[{i}/{len(todo)}] {planned.id}{' again' * again}"
     if planned.id in session.done_before:
         result.skipped.append(planned.id)
         say(f"{tag}: already done, kept")
@@ -282,11 +300,31 @@ def _run_planned(session: _Session, i: int, planned: PlannedRun) -> None:
         # collected later inside a worker that a next run forks, each would print a
         # traceback ("can only test a child process"). Collected here, in their parent.
         gc.collect()
-    result.executed.append(planned.id)
+    if planned.id not in result.executed:
+        result.executed.append(planned.id)
     session.durations.append(time.perf_counter() - t0)
     note = " (warm-up, discarded)" if planned.warmup else ""
-    left = _time_left(session.durations, [r for r in todo[i:] if r.id not in session.done_before])
+    if loaded(summary):
+        note += f" (under other load: {load_of([summary])} busy)"
+    rest = [] if again else [r for r in todo[i:] if r.id not in session.done_before]
+    left = _time_left(session.durations, rest)
     say(f"{tag}: {summary.get('status')} in {session.durations[-1]:.2f} s{note}{left}")
+
+
+def _remeasure_loaded(session: _Session, attempts: int) -> None:
+    """Run the repeats measured under other load again (bounded: at most ``attempts``
+    more runs each, and as long again as the study's runs took, at least a minute)."""
+    bound = Bound(attempts, max(MIN_SECONDS, sum(session.durations)))
+
+    def rerun(planned: PlannedRun) -> dict[str, Any] | None:
+        session.done_before.discard(planned.id)
+        n = len(session.result.failed)
+        _run_planned(session, session.todo.index(planned) + 1, planned, again=True)
+        if len(session.result.failed) > n:
+            return None
+        return try_json_object(session.study_dir / planned.rel_dir / "summary.json")
+
+    session.remeasured = remeasure(session.todo, session.study_dir, rerun, session.say, bound)
 
 
 def plan_line(plan: StudyPlan) -> str:

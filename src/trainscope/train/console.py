@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainscope.records.jsonio import try_json_object
 from trainscope.reports.console import print_line, print_summary
-from trainscope.reports.cpu import oversubscribed_note
+from trainscope.reports.cpu import load_change_note, oversubscribed_note
 from trainscope.util.numfmt import fmt_sig
 from trainscope.util.textsafe import rich_text, terminal_text
 
@@ -247,9 +247,9 @@ class RunConsole:
         # The versions (torch, Python, CUDA) are in env.json, not in the summary.
         env = try_json_object(run_dir / "env.json") if run_dir is not None else None
         print_summary(self.console, summary, env)
-        crowded = oversubscribed_note(summary)
-        if crowded:
-            print_line(self.console, f"note: {crowded}")
+        for note in (oversubscribed_note(summary), load_change_note(summary)):
+            if note:
+                print_line(self.console, f"note: {note}")
         if run_dir is not None:
             where = shlex.quote(str(run_dir))
             print_line(self.console, f"saved to {run_dir} - trainscope report {where}")

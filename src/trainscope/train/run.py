@@ -37,7 +37,7 @@ from trainscope.runtime.signals import (
     preemption_signals,
     signals_deferred,
 )
-from trainscope.runtime.threads import CpuMeter, apply_threads, plan_threads
+from trainscope.runtime.threads import CpuMeter, apply_threads, plan_run_threads
 from trainscope.runtime.watchdog import Progress, StallWatchdog
 from trainscope.strategies import make_strategy, strategy_options
 from trainscope.techniques.precision import make_precision
@@ -91,7 +91,7 @@ def run(cfg: RunConfig, console: RunConsole | None = None) -> dict[str, Any]:
     # Threads are set before any parallel op, for this process's share of the cores, and
     # given back after: a notebook or a study keeps its own setting.
     caller_threads = torch.get_num_threads()
-    threads = plan_threads(cfg.runtime.threads, info.local_world_size)
+    threads = plan_run_threads(cfg.runtime.threads, info.local_world_size)
     apply_threads(threads)
     try:
         device = rank_device(device, info)
@@ -243,6 +243,7 @@ def _train(ctx: RunContext, writer: RunWriter, record: RunSummary) -> None:
         gpus=ctx.device.type == "cuda",
         on_sample=ctx.sinks.log_system,
         origin=ctx.origin,
+        probe=ctx.cpu.tick if ctx.cpu is not None else None,
     )
     watchdog = _stall_watchdog(cfg, ctx.info, record)
     noted = (preemption_noted(preemption_signals()) if ctx.stop_vote is not None

@@ -6,8 +6,10 @@ The rule, everywhere a number is compared (studies, ``compare``, console summari
 - a figure is the **median** of its repeats with its **spread**: the interquartile range
   (25th–75th percentile, linear interpolation) when n >= 5, the full min–max range when
   n < 5 (a quartile of three numbers means little);
-- two figures **differ** only when both have n >= 2 and their spreads do not overlap;
-  otherwise there is "no measurable difference at n=…", and more repeats are the answer;
+- two figures **differ** only when both have n >= 3 and their spreads do not overlap;
+  otherwise there is "no measurable difference at n=…", and more repeats are the answer.
+  Below 3 repeats a study is too small to conclude: two repeats of which one is an
+  outlier (a 58 s spell among 2 s runs) would otherwise read as a 25x speed-up;
 - a repeat is an **outlier** when, among at least 5, it lies more than 3 scaled MADs from
   the median (MAD x 1.4826, which estimates the standard deviation for normal noise). Outliers stay
   in the statistics (the median barely moves for one) and are flagged where shown.
@@ -29,6 +31,8 @@ from typing import Any
 MAD_SCALE = 1.4826
 OUTLIER_MADS = 3.0
 IQR_MIN_N = 5
+MIN_N_TO_CLAIM = 3
+"""Repeats each side needs before a difference is claimed."""
 
 
 def finite(values: Iterable[Any]) -> list[float]:
@@ -120,8 +124,9 @@ def overlap(a: Spread, b: Spread) -> bool:
 
 
 def differ(a: Spread, b: Spread) -> bool:
-    """The claim rule: both measured at least twice and their spreads do not overlap."""
-    return a.n >= 2 and b.n >= 2 and not overlap(a, b)
+    """The claim rule: both measured at least :data:`MIN_N_TO_CLAIM` times and their
+    spreads do not overlap."""
+    return min(a.n, b.n) >= MIN_N_TO_CLAIM and not overlap(a, b)
 
 
 def no_difference_text(a: Spread, b: Spread) -> str:
@@ -131,6 +136,9 @@ def no_difference_text(a: Spread, b: Spread) -> str:
             f"no measurable difference: n={min(a.n, b.n)} has no spread; repeat "
             "(e.g. --repeats 5) to compare"
         )
+    if min(a.n, b.n) < MIN_N_TO_CLAIM:
+        ns = f"n={a.n}" if a.n == b.n else f"n={a.n} and {b.n}"
+        return f"too few repeats to conclude at {ns} ({MIN_N_TO_CLAIM} each needed)"
     ns = f"n={a.n}" if a.n == b.n else f"n={a.n} and {b.n}"
     return f"no measurable difference at {ns} (the spreads overlap); more repeats may separate them"
 
