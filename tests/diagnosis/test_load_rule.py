@@ -69,3 +69,28 @@ def test_the_printed_diagnosis_never_says_nothing_to_fix(tmp_path: Path) -> None
     text = out.getvalue()
     assert "Nothing to fix" not in text
     assert "1. [major] measured-under-load: Measured under other load" in text
+
+
+@pytest.mark.skipif(
+    __import__("trainscope.config").config.available_cpus() > 4,
+    reason="loads every core: kept to small machines",
+)
+def test_apply_beside_load_that_stays_refuses_to_judge(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """Busy loops on every core for the whole wait: --apply re-runs nothing and says why."""
+    from tests.runtime.test_free_cores import busy_loops
+    from trainscope.cli import doctor as doctor_cli
+    from trainscope.cli import main
+    from trainscope.config import available_cpus
+
+    monkeypatch.setattr(doctor_cli, "QUIET_WAIT_S", 1.0)
+    slow_input = {"data_wait": 0.02, "forward": 0.004, "backward": 0.006, "optimizer": 0.001}
+    run = write_run(tmp_path / "r", slow_input)
+    out = tmp_path / "apply"
+    with busy_loops(2 * available_cpus()):
+        code = main(["doctor", str(run), "--apply", "--out", str(out), "-q"])
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "the re-runs would measure them, not the fixes" in err and "nothing was re-run" in err
+    assert not (out / "study.json").exists()

@@ -119,7 +119,8 @@ def test_with_remeasure_0_a_loaded_repeat_is_only_left_out(tmp_path: Path) -> No
     report = study_of(tmp_path, planted, remeasure_=0)
     assert planted.calls["bf16/r2"] == 1
     (finding,) = [f for f in report.findings if f.startswith("bf16 vs fp32")]
-    assert "throughput: too few repeats to conclude at n=2 and 3 (3 each needed)" in finding, finding
+    said = "throughput: too few repeats to conclude at n=2 and 3 (3 each needed)"
+    assert said in finding, finding
 
 
 def test_the_bound_in_time_stops_re_measuring(tmp_path: Path) -> None:

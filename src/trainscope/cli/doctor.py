@@ -44,6 +44,13 @@ def add_parser(sub: Any) -> None:
         help="repeats of each (default 5: from 5 runs the spread is the IQR, not min-max)",
     )
     p.add_argument("--out", metavar="DIR", help="the study's folder (default runs/studies/)")
+    p.add_argument(
+        "--trust-record-code",
+        action="store_true",
+        help="with --apply: import the workload factory module (pkg.module:factory) that the "
+        "run's config.yaml names; without it, such a run is refused, as that code is named "
+        "by the record, not by your command line",
+    )
     p.add_argument("--quiet", "-q", action="store_true", help="print errors only")
     g = p.add_argument_group("what the run must fit and the link its ranks use")
     g.add_argument(
@@ -127,14 +134,13 @@ MAX_REPEATS = 100
 
 
 def _apply(args: argparse.Namespace, diagnosis: Any) -> int:
-    """Re-measure the fixes as a study, then report it."""
+    """Re-measure the fixes as a study, then report it (or say why nothing compares)."""
     import functools
 
     from trainscope.config import from_dict
     from trainscope.errors import ConfigError
     from trainscope.launch.launcher import run_any
     from trainscope.records.study_dir import default_study_out
-    from trainscope.reports.study_report import build_study_report, print_study_report
     from trainscope.runtime.device import resolve_device
     from trainscope.studies.base import execute
     from trainscope.studies.doctor import base_config, plan_apply
@@ -148,6 +154,7 @@ def _apply(args: argparse.Namespace, diagnosis: Any) -> int:
         print(_lines(diagnosis)[0] + "\nNo finding has a fix to apply: nothing re-run.")
         return 0
     cfg = base_config(diagnosis.run_dir, args.steps)
+    _refuse_record_code(cfg, diagnosis.run_dir, args.trust_record_code)
     device = resolve_device(from_dict(cfg).runtime.device)
     plan = plan_apply(diagnosis, device, steps=args.steps, repeats=args.repeats)
     plan.options["execution"] = "process per run"  # each fix's memory and start-up its own
@@ -157,8 +164,80 @@ def _apply(args: argparse.Namespace, diagnosis: Any) -> int:
         if not args.quiet:
             print(terminal_text(text), file=sys.stderr)
 
+    _wait_for_quiet(say)
     execute(plan, out, say=say, run_fn=functools.partial(run_any, fresh_process=True))
+    return _conclude(out, args.quiet)
+
+
+QUIET_WAIT_S = 60.0
+"""How long ``--apply`` waits for other load to drop before it refuses to judge."""
+
+
+def _wait_for_quiet(say: Any) -> None:
+    """Before any re-run: other load would be measured instead of the fixes. Wait for it
+    to drop (up to :data:`QUIET_WAIT_S`), or refuse in one line."""
+    from trainscope.errors import TrainscopeError
+    from trainscope.runtime.threads import quiet_or_waited
+
+    load = quiet_or_waited(0.0)
+    if load is None:
+        return
+    say(f"other processes keep {load.cores:.1f} cores busy: waiting up to "
+        f"{QUIET_WAIT_S:.0f} s for them to finish before re-measuring")  # fmt: skip
+    load = quiet_or_waited(QUIET_WAIT_S)
+    if load is not None:
+        raise TrainscopeError(
+            f"doctor --apply: other processes kept {load.cores:.1f} cores busy for "
+            f"{QUIET_WAIT_S:.0f} s: the re-runs would measure them, not the fixes; free the "
+            "cores and run it again (nothing was re-run)"
+        )
+
+
+def _refuse_record_code(cfg: dict[str, Any], run_dir: Any, trusted: bool) -> None:
+    """Refuse to re-run a record whose workload is a factory module, unless trusted: the
+    module would be imported because the record names it (it may even sit in the
+    record's own folder), not because the user's command line does."""
+    from trainscope.errors import ConfigError
+    from trainscope.studies.doctor import record_code
+
+    spec = record_code(cfg)
+    if spec is None or trusted:
+        return
+    module = spec.partition(":")[0]
+    raise ConfigError(
+        f"{run_dir}/config.yaml names the workload {spec!r}: --apply would import module "
+        f"{module!r} and run its code, named by the record, not by you; pass "
+        "--trust-record-code to re-run it if you trust that code"
+    )
+
+
+def _conclude(out: str, quiet: bool) -> int:
+    """The study's report and its exit status: 1, with a line that ``-q`` keeps, where a
+    re-run failed; an error, and no verdict, where the failures left nothing compared."""
+    from trainscope.errors import TrainscopeError
+    from trainscope.records.study_dir import load_study
+    from trainscope.reports.study_report import build_study_report, print_study_report
+    from trainscope.studies.doctor import failed_runs, nothing_compared
+
+    study = load_study(out)
+    failed = failed_runs(study)
+    if failed is not None and nothing_compared(study):
+        # No report: its verdicts ("keep the run as it was") would rest on no measurement.
+        raise TrainscopeError(
+            f"doctor --apply: nothing was measured: {failed}; the study is in {out} (run the "
+            "same command to redo the failed re-runs)"
+        )
     report = build_study_report(out)
-    if not args.quiet:
+    if not quiet:
         print_study_report(report)  # the table, the best proven fix, the report's files
-    return 0
+    if any(f.startswith("No verdict") for f in report.findings):
+        # Other load came back during the re-runs and never left: no judgement.
+        print(terminal_text("trainscope doctor: no verdict: re-runs measured under other "
+                            f"load ({out})"), file=sys.stderr)  # fmt: skip
+        return 1
+    if failed is None:
+        return 0
+    line = (f"trainscope doctor: {failed}; the study ended {study.status}: the comparison "
+            f"rests on the other re-runs ({out})")  # fmt: skip
+    print(terminal_text(line), file=sys.stderr)
+    return 1

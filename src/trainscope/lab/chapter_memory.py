@@ -102,7 +102,7 @@ def _big_findings(none: dict[str, Any], full: dict[str, Any]) -> list[str]:
         f"Estimate, sharded over {none['setup'].get('world_size')} devices: ZeRO-1 "
         f"{z[0]}, ZeRO-2 {z[1]}, ZeRO-3 {z[2]} per device (DDP {gb(ddp['total'])}).",
         f"Estimate, full activation checkpointing: saved activations {gb(ddp['activations'])}"
-        f" -> {gb(ddp1['activations'])}; the DDP total {gb(ddp['total'])} -> "
+        f" → {gb(ddp1['activations'])}; the DDP total {gb(ddp['total'])} → "
         f"{gb(ddp1['total'])}.",
     ]
 

@@ -140,7 +140,7 @@ def parse_only(text: str | None) -> list[Chapter]:
         part = part.strip()
         if not part:
             continue
-        if not part.isdigit():
+        if not (part.isascii() and part.isdigit()):
             raise ConfigError(f"--only: chapter numbers separated by commas, got {text!r}")
         numbers.append(int(part))
     if not numbers:

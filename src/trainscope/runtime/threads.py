@@ -38,7 +38,7 @@ import psutil
 
 from trainscope.config import MAX_THREADS, USER_OMP_ENV
 from trainscope.config import available_cpus as usable_cores
-from trainscope.util.load import LOAD_STEP_CORES, MARGIN_CORES
+from trainscope.util.load import LOAD_STEP_CORES, MARGIN_CORES, ignore_load, loaded_limit
 
 OTHER_LOAD_ENV = "TRAINSCOPE_OTHER_LOAD"
 """Set by trainscope's launcher for its ranks: ``"<cores>,<window s>"``, the other load
@@ -185,6 +185,22 @@ def other_load_at_start(processes: int) -> OtherLoad | None:
     end = LoadReading.take(proc, cores)
     other = end.other_since(start)
     return None if other is None else OtherLoad(other, end.t - start.t)
+
+
+def quiet_or_waited(max_wait_s: float, window_s: float = 1.0) -> OtherLoad | None:
+    """Wait, up to ``max_wait_s``, for the other load on this process's cores to drop
+    below what makes a measurement no evidence (:func:`trainscope.util.load.loaded_limit`);
+    the last reading if it never did, else None. Each reading is over ``window_s``."""
+    proc, cores = psutil.Process(), _affinity()
+    deadline = time.perf_counter() + max_wait_s
+    while True:
+        start = LoadReading.take(proc, cores)
+        time.sleep(window_s)
+        other = LoadReading.take(proc, cores).other_since(start)
+        if other is None or other < loaded_limit() or ignore_load():
+            return None
+        if time.perf_counter() >= deadline:
+            return OtherLoad(other, window_s)
 
 
 def launch_env_load() -> dict[str, str]:

@@ -18,7 +18,7 @@ from trainscope.config import resolve
 from trainscope.diagnosis import Diagnosis
 from trainscope.diagnosis.findings import fix_flags, overrides_of
 from trainscope.errors import TrainscopeError
-from trainscope.records.study_dir import PlannedRun, StudyPlan
+from trainscope.records.study_dir import PlannedRun, StudyPlan, StudyRecord
 from trainscope.studies.base import finish_plan, plan_options, repeats_of
 
 BASELINE = "baseline"
@@ -87,3 +87,28 @@ def plan_apply(
     base = base_config(diagnosis.run_dir, steps, MAX_EPOCHS if between else 1)
     # The run's own threads, not a shared budget: a fix may be about the threads.
     return finish_plan("doctor", base, options, runs, True, equal_cores=False)
+
+
+def record_code(cfg: dict[str, Any]) -> str | None:
+    """The workload factory (``pkg.module:factory``) a run's configuration names, or None
+    for a built-in workload: re-running the run would import that module."""
+    name = (cfg.get("workload") or {}).get("name")
+    return name if isinstance(name, str) and ":" in name else None
+
+
+def failed_runs(study: StudyRecord) -> str | None:
+    """``"N of M re-runs failed: <the first one's error>"``, or None where none failed."""
+    failed = study.failed()
+    if not failed:
+        return None
+    planned = sum(r.applicable for r in study.plan.runs)
+    first = (failed[0][1].strip().splitlines() or ["(no error recorded)"])[0]  # not a traceback
+    return f"{len(failed)} of {planned} re-runs failed: {first}"
+
+
+def nothing_compared(study: StudyRecord) -> bool:
+    """True when the baseline, or every fix, has no completed measured run: then no fix
+    was compared with anything, whatever the report's verdicts would say."""
+    measured = {c.config: bool(study.measured(c.config)) for c in study.configs()}
+    fixes = [ok for name, ok in measured.items() if name != BASELINE]
+    return not measured.get(BASELINE) or not any(fixes)

@@ -57,6 +57,11 @@ def other_cores(summary: dict[str, Any]) -> float | None:
     return _num(cpu.get("other_cores")) if isinstance(cpu, dict) else None
 
 
+def ignore_load() -> bool:
+    """True where ``TRAINSCOPE_IGNORE_LOAD=1`` switches the rule off (the test suite)."""
+    return os.environ.get(IGNORE_LOAD_ENV) == "1"
+
+
 def loaded_limit() -> float:
     """:data:`LOADED_OTHER_CORES`, or the number in ``TRAINSCOPE_LOADED_CORES``."""
     try:
@@ -71,7 +76,7 @@ def loaded(summary: dict[str, Any]) -> bool:
     rule in the module docstring)."""
     cpu = summary.get("cpu")
     other = other_cores(summary)
-    if other is None or not isinstance(cpu, dict) or os.environ.get(IGNORE_LOAD_ENV) == "1":
+    if other is None or not isinstance(cpu, dict) or ignore_load():
         return False
     if other >= loaded_limit():
         return True
