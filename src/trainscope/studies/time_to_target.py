@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -216,6 +217,11 @@ def plan(
     train["eval_every_steps"] = train.get("eval_every_steps") or DEFAULT_EVAL_EVERY
     seed = int(train.get("seed") or 0)
     given = [r for r in recipes or [] if r["overrides"]]
+    for r in given:  # each checked here, so that the error names its recipe
+        try:
+            from_dict(merge(base, r["overrides"]))
+        except ConfigError as e:
+            raise ConfigError(f"--recipes: entry {r['name']}: {e}") from None
     runs = [_run(DEFAULT, {}, 1, "search", seed)]
     runs += [_run(r["name"], r["overrides"], 1, "search", seed, r["flags"]) for r in given]
     return runs, {
@@ -317,7 +323,32 @@ def read_recipes(path: str, parse_flags: Any) -> list[dict[str, Any]]:
             f"--recipes {show(path)} must be a YAML list of 1 to {MAX_RECIPES} recipes, "
             'each {name: NAME, flags: "--lr 0.002 ..."} or {name: NAME, set: {KEY: VALUE}}'
         )
-    return [_recipe(i, entry, parse_flags) for i, entry in enumerate(data, 1)]
+    recipes = [_recipe(i, entry, parse_flags) for i, entry in enumerate(data, 1)]
+    seen: set[str] = set()
+    for i, r in enumerate(recipes, 1):
+        if r["name"] in seen:  # two runs of one name: the second would overwrite the first
+            raise ConfigError(f"--recipes: entry {i}: the name {show(r['name'])} is given twice")
+        seen.add(r["name"])
+    return recipes
+
+
+RECIPE_KEYS = ("name", "flags", "set")
+STUDY_SETS = ("out", "overwrite", "resume", "train.seed", "train.target", "runtime.threads")
+"""Settings the study makes for each run (threads: the core budget it shares out), which
+a recipe may not set: its value would be replaced, silently."""
+NOT_SETTINGS = ("--config",)
+"""Run flags that set no config key: in a recipe, they would be ignored."""
+
+
+def _not_a_setting(flags: str) -> str | None:
+    """The first of :data:`NOT_SETTINGS` in ``flags`` (as argparse matches them: whole,
+    ``--flag=value``, or an unambiguous prefix), or None."""
+    for word in shlex.split(flags):  # already split once by the flags' parser
+        option = word.partition("=")[0]
+        for flag in NOT_SETTINGS:
+            if option.startswith("--") and len(option) > 2 and flag.startswith(option):
+                return flag
+    return None
 
 
 def _recipe(i: int, entry: Any, parse_flags: Any) -> dict[str, Any]:
@@ -330,19 +361,36 @@ def _recipe(i: int, entry: Any, parse_flags: Any) -> dict[str, Any]:
             f"--recipes: entry {i}: name {show(name)} must be 1-60 letters, digits, '.', '_' "
             f"or '-' (and not {DEFAULT!r}, the starting recipe's name)"
         )
+    unknown = [k for k in entry if k not in RECIPE_KEYS]
+    if unknown:  # a misspelt "flags" would leave the recipe the starting one, unnoticed
+        raise ConfigError(
+            f"--recipes: entry {name}: unknown key {show(str(unknown[0]))} (a recipe has "
+            f"{', '.join(RECIPE_KEYS[:-1])} and {RECIPE_KEYS[-1]})"
+        )
     overrides: dict[str, Any] = {}
     flags = entry.get("flags")
     if flags is not None:
         if not isinstance(flags, str):
             raise ConfigError(f"--recipes: entry {name}: flags must be one line of run flags")
         overrides.update(parse_flags(flags))
+        ignored = _not_a_setting(flags)
+        if ignored is not None:
+            raise ConfigError(
+                f"--recipes: entry {name}: {ignored} is not a setting of the recipe; give "
+                "the study's own --config, and the recipe run flags or set: {KEY: VALUE}"
+            )
     settings = entry.get("set") or {}
     if not isinstance(settings, dict) or not all(isinstance(k, str) for k in settings):
         raise ConfigError(f"--recipes: entry {name}: set must map KEY to VALUE")
     overrides.update(settings)
-    for key in ("out", "overwrite", "resume", "train.seed", "train.target"):
+    for key in STUDY_SETS:
         if key in overrides:
             raise ConfigError(f"--recipes: entry {name} may not set {key} (the study does)")
+    if not overrides:  # it would be the starting recipe again, and so left out
+        raise ConfigError(
+            f"--recipes: entry {name} changes nothing: give it flags (e.g. --lr 0.002) or "
+            "set: {KEY: VALUE}"
+        )
     return {"name": name, "flags": flags or flags_text(settings), "overrides": overrides}
 
 
