@@ -7,9 +7,12 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainscope.util.textsafe import terminal_text
+
+if TYPE_CHECKING:
+    from trainscope.lab.chapters import Chapter
 
 HELP = "one document answering the classic questions of efficient training, measured here"
 
@@ -27,7 +30,10 @@ def add_parser(sub: Any, run_command: Callable[[list[str]], int]) -> None:
         "continue an interrupted lab.",
     )
     p.add_argument("--quick", action="store_true", help="small workloads, few repeats")
-    p.add_argument("--only", metavar="LIST", help="chapter numbers, e.g. 2,5 (default all)")
+    p.add_argument(
+        "--only", metavar="LIST", help="chapter numbers or names, e.g. 2,5 or precision,workers "
+        "(default all)",
+    )  # fmt: skip
     p.add_argument(
         "--from", dest="from_dirs", action="append", default=[], metavar="DIR",
         help="reuse this study folder for the chapter that measures with its kind "
@@ -42,11 +48,10 @@ def add_parser(sub: Any, run_command: Callable[[list[str]], int]) -> None:
 
 def cmd_lab(args: argparse.Namespace) -> int:
     """Measure the chapters, then write the document; where it is, on stdout."""
-    from trainscope.lab.chapters import parse_only
     from trainscope.lab.document import build_lab_document
     from trainscope.lab.runner import run_lab
 
-    chapters = parse_only(args.only)
+    chapters = only_chapters(args.only)
 
     def say(text: str) -> None:
         if not args.quiet:
@@ -62,3 +67,28 @@ def cmd_lab(args: argparse.Namespace) -> int:
         print(terminal_text(f"trainscope lab: {problem}"), file=sys.stderr)
     print(terminal_text(f"lab written to {made.files[0].parent} in {result.seconds:.0f} s"))
     return 1 if any(s.status == "failed" for s in result.states) else 0
+
+
+def only_chapters(text: str | None) -> list[Chapter]:
+    """``--only 2,5`` or ``--only precision,workers`` -> those chapters, in order (None:
+    every chapter); anything else is one line listing the chapters. Only ASCII digits are
+    numbers: ``str.isdigit`` also takes "²", which ``int`` refuses."""
+    from trainscope.errors import ConfigError
+    from trainscope.lab.chapters import CHAPTERS
+    from trainscope.util.checks import show
+
+    if text is None:
+        return list(CHAPTERS)
+    by_key = {str(c.number): c for c in CHAPTERS} | {c.slug: c for c in CHAPTERS}
+    listed = ", ".join(f"{c.number} {c.slug}" for c in CHAPTERS)
+    chosen: dict[int, Chapter] = {}
+    for part in (p.strip() for p in str(text).split(",")):
+        number = part.isascii() and part.isdigit() and len(part) < 10
+        key = str(int(part)) if number else part  # "02" is chapter 2
+        if part and key not in by_key:
+            raise ConfigError(f"--only: {show(part)} is not a chapter; the chapters are {listed}")
+        if part:
+            chosen[by_key[key].number] = by_key[key]
+    if not chosen:
+        raise ConfigError(f"--only: name at least one chapter: {listed}")
+    return [chosen[n] for n in sorted(chosen)]

@@ -36,6 +36,13 @@ STATUS_TEXT = {
     "interrupted": "not finished: the lab was stopped while measuring it",
     "failed": "its study failed",
 }
+NOT_SHOWN = {"failed": "This chapter was not measured: its study failed"}
+"""The sentence of a chapter shown without figures, where "This chapter is ..." (its
+state's text) would not be English."""
+PDF_PACKAGES = "texlive-latex-base texlive-latex-recommended"
+"""The Debian packages that build the PDF: pdflatex and geometry, graphicx, longtable
+(-base), booktabs (-recommended); the T1 fonts come with texlive-base, a dependency."""
+PDF_HINT = f"to build the PDF, on Debian or Ubuntu: apt-get install {PDF_PACKAGES}"
 
 
 def _contents(doc: Document, chapters: list[Chapter], states: dict[int, ChapterState]) -> None:
@@ -58,7 +65,8 @@ def _chapter(doc: Document, c: Chapter, state: ChapterState, plots: Path) -> dic
     doc.paragraph(f"**Question.** {escape_inline(c.question)}")
     if state.status not in ("measured", "reused") or state.study_dir is None:
         reason = f" ({escape_inline(state.reason)})" if state.reason else ""
-        doc.note(f"This chapter is {STATUS_TEXT[state.status]}{reason}.")
+        said = NOT_SHOWN.get(state.status, f"This chapter is {STATUS_TEXT[state.status]}")
+        doc.note(f"{said}{reason}.")
         return {}
     chapter_plots = plots / f"{c.number:02d}-{c.slug}"
     if c.maker is not None:
@@ -138,12 +146,16 @@ def build_lab_document(result: LabResult, chapters: list[Chapter]) -> LabDocumen
     try:
         source, pdf = write_latex_document(doc, out, "report")
     except TrainscopeError as e:  # the other formats stand; the PDF's failure is said
-        made.problems.append(f"no PDF: {e}")
+        # A LaTeX package (a .sty) or font not found: the install that brings them.
+        hint = f" ({PDF_HINT})" if "not found" in str(e) else ""
+        made.problems.append(f"no PDF: {e}{hint}")
         made.files.append(out / "report.tex")
         return made
     made.files.append(source)
     if pdf is None:
-        made.problems.append("no PDF: pdflatex is not on PATH (report.tex is the source)")
+        made.problems.append(
+            f"no PDF: pdflatex is not on PATH (report.tex is the source; {PDF_HINT})"
+        )
     else:
         made.files.append(pdf)
     return made

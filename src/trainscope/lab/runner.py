@@ -6,14 +6,21 @@ chapter's study folder and state), ``studies/NN-slug/`` (one study per chapter, 
 document). Rerunning the same ``trainscope lab`` command continues where it stopped: a
 finished study is read again, not rerun. ``--from DIR`` reuses a study made elsewhere
 for the chapter that measures with its kind; nothing in it is changed.
+
+The folder is trainscope's by its ownership marker (``.trainscope``, kind ``lab``),
+written before anything else in it: a lab killed however (SIGKILL too) is continued by
+the same command, and a ``lab.json`` beside no such marker is someone else's, refused.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import re
 import shlex
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +28,26 @@ from trainscope.errors import ConfigError, Terminated, TrainscopeError
 from trainscope.lab.chapters import Chapter
 from trainscope.lab.makers import maker
 from trainscope.lab.steps import MakeContext, record_commands, stopped_by
-from trainscope.records.jsonio import atomic_write_json, read_json_object
-from trainscope.records.study_dir import load_study
+from trainscope.records.jsonio import TMP_PREFIX, atomic_write_json, read_json_object
+from trainscope.records.ownership import MARKER, MAX_MARKER_BYTES
+from trainscope.records.study_dir import STUDY_FILE, load_study
+from trainscope.util.textsafe import one_line
+from trainscope.version import __version__
 
 LAB_FILE = "lab.json"
 KIND = "trainscope-lab"
+MARKER_KIND = "lab"
+"""The kind of the lab folder's ownership marker (records.ownership's ``MARKER`` file,
+in its format: the files and folders trainscope writes there)."""
+MAX_FROM_BYTES = 16 << 20
+"""A ``--from`` study.json larger than this is not read: a chapter's study plans tens of
+runs (a few hundred kB at most), and the document reads every run it plans."""
+MAX_FROM_RUNS = 2000
+"""Nor one that plans more runs than this (the report's tables are per configuration)."""
+EXTRAS = {"text": ("transformers", "peft", "tokenizers"), "quant": ("torchao",)}
+"""pyproject's optional extras a chapter may need, and the modules each installs."""
+NEEDS_EXTRA = {"finetune": "text", "text-cls": "text"}
+"""A study kind, or a workload a chapter's flags name, -> the extra its runs import."""
 
 
 @dataclass
@@ -50,24 +72,87 @@ class LabResult:
     seconds: float = 0.0
 
 
+def _lab_marker(out: Path) -> dict[str, Any] | None:
+    """The lab folder's ownership marker, if trainscope wrote one (never through a link)."""
+    path = out / MARKER
+    try:
+        if path.is_symlink() or not path.is_file() or path.stat().st_size > MAX_MARKER_BYTES:
+            return None
+        data = read_json_object(path)
+    except (OSError, TrainscopeError):
+        return None
+    ours = data.get("kind") == MARKER_KIND and data.get("writer") == "trainscope"
+    return data if ours else None
+
+
 def _check_folder(out: Path, quick: bool, data_root: str | None) -> dict[str, Any]:
-    """The lab folder's record (a new one for an empty or new folder); refuse a folder
-    that holds something else, or a lab made with another budget."""
+    """The lab folder's record (a new one for an empty or new folder, or for a lab killed
+    before its first record); refuse a folder that holds something else, a lab.json
+    trainscope did not write, or a lab made with another budget. Nothing is written."""
     record = out / LAB_FILE
-    if record.is_file():
-        old = read_json_object(record)
-        if not isinstance(old, dict) or old.get("kind") != KIND:
-            raise ConfigError(f"{record} is not a trainscope lab record")
-        if bool(old.get("quick")) != quick:
-            was = "with" if old.get("quick") else "without"
+    new = {"kind": KIND, "quick": quick, "data": data_root, "chapters": {}}
+    if _lab_marker(out) is None:
+        if record.exists() or record.is_symlink():
             raise ConfigError(
-                f"the lab in {out} was made {was} --quick: run the same command to continue "
-                "it, or give another --out"
+                f"--out {out} holds a {LAB_FILE} that trainscope did not write (no lab "
+                f"marker {MARKER} beside it): give a new or empty folder"
             )
-        return old
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise ConfigError(f"--out {out} holds other files: give a new or empty folder")
-    return {"kind": KIND, "quick": quick, "data": data_root, "chapters": {}}
+        # A killed atomic write may leave a temporary file of the marker: not the user's.
+        if out.exists() and (not out.is_dir() or _foreign(out)):
+            raise ConfigError(f"--out {out} holds other files: give a new or empty folder")
+        return new
+    if not record.is_file():  # killed between its marker and its first record
+        return new
+    old = read_json_object(record)
+    if old.get("kind") != KIND:
+        raise ConfigError(f"{record} is not a trainscope lab record")
+    if bool(old.get("quick")) != quick:
+        was = "with" if old.get("quick") else "without"
+        raise ConfigError(
+            f"the lab in {out} was made {was} --quick: run the same command to continue "
+            "it, or give another --out"
+        )
+    return old
+
+
+def _foreign(out: Path) -> bool:
+    """Whether ``out`` holds anything but leftovers of trainscope's atomic writes."""
+    return any(not p.name.startswith(TMP_PREFIX) for p in out.iterdir())
+
+
+def _claim(out: Path, record: dict[str, Any]) -> None:
+    """Make ``out`` the lab's: its marker first (before any file of the lab), then its
+    record, so that whatever ends this command, the same command continues it."""
+    out.mkdir(parents=True, exist_ok=True)
+    if _lab_marker(out) is None:
+        marker = {"kind": MARKER_KIND, "writer": "trainscope", "version": __version__,
+                  "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                  "files": [LAB_FILE], "dirs": ["studies", "report"]}  # fmt: skip
+        atomic_write_json(out / MARKER, marker)
+    atomic_write_json(out / LAB_FILE, record)
+
+
+def _bounded_study(d: str) -> None:
+    """Refuse a ``--from`` study too large for the lab to read (one line naming it)."""
+    path = Path(d) / STUDY_FILE
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return  # load_study says what is missing
+    if size > MAX_FROM_BYTES:
+        raise ConfigError(
+            f"--from {d}: its {STUDY_FILE} is larger than {MAX_FROM_BYTES >> 20} MiB, more "
+            "than the lab reads (a chapter's study plans tens of runs)"
+        )
+    try:
+        runs = read_json_object(path).get("runs")
+    except TrainscopeError as e:
+        raise ConfigError(f"--from {d}: not a study folder ({e})") from None
+    if isinstance(runs, list) and len(runs) > MAX_FROM_RUNS:
+        raise ConfigError(
+            f"--from {d}: its {STUDY_FILE} lists {len(runs):,} planned runs, more than the "
+            f"{MAX_FROM_RUNS:,} the lab reads"
+        )
 
 
 def _reusable(from_dirs: Sequence[str]) -> dict[str, list[Path]]:
@@ -76,12 +161,58 @@ def _reusable(from_dirs: Sequence[str]) -> dict[str, list[Path]]:
     out: dict[str, list[Path]] = {}
     for d in from_dirs:
         path = Path(d)
+        _bounded_study(d)
         try:
             kind = load_study(path).plan.kind
         except (TrainscopeError, OSError) as e:  # not a study: one line, naming it
             raise ConfigError(f"--from {d}: not a study folder ({e})") from None
         out.setdefault(str(kind), []).append(path)
     return out
+
+
+def missing_extra(extra: str) -> str | None:
+    """What is missing of an optional extra, with the command that installs it, or None."""
+    missing = [m for m in EXTRAS[extra] if importlib.util.find_spec(m) is None]
+    if not missing:
+        return None
+    verb = "is" if len(missing) == 1 else "are"
+    return (
+        f"needs the {extra} extra ({', '.join(missing)} {verb} not installed): "
+        f"pip install 'trainscope[{extra}]'"
+    )
+
+
+def _study_needs(c: Chapter, quick: bool) -> str | None:
+    """What this machine lacks for a study chapter (an extra its study or workload
+    imports), or None: said before the study runs, as a maker's chapter says it."""
+    argv = c.argv(quick, None)
+    named = [str(c.study), *(argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--workload")]
+    for what in named:
+        extra = NEEDS_EXTRA.get(what)
+        lacks = missing_extra(extra) if extra else None
+        if lacks:
+            return lacks
+    return None
+
+
+_INSTALL = re.compile(r"pip install 'trainscope\[(\w+)\]'")
+
+
+def _failure_cause(folder: Path, code: int) -> str:
+    """Why a chapter's study failed: where a run failed for a missing optional package
+    (its error names the extra to install), that extra and its command; else the study's
+    exit status."""
+    status = f"the study exited with status {code}"
+    try:
+        failed = load_study(folder).failed()
+    except (TrainscopeError, OSError):
+        return status  # it failed before writing its plan: its own line said why
+    for _, error in failed:
+        m = _INSTALL.search(error)
+        if m:
+            extra = m.group(1)
+            return f"needs the {extra} extra: pip install 'trainscope[{extra}]' ({one_line(error)})"
+    return status
 
 
 def run_lab(
@@ -96,7 +227,7 @@ def run_lab(
         raise ConfigError(f"--data {data_root}: not a folder")
     record = _check_folder(out, quick, data_root)
     reuse = _reusable(from_dirs)
-    out.mkdir(parents=True, exist_ok=True)
+    _claim(out, record)
     result = LabResult(out, quick)
     # The collectives first: their α–β fit predicts the communication of later chapters.
     fit_dir: str | None = None
@@ -135,6 +266,9 @@ def _one_chapter(
     folder = out / "studies" / f"{c.number:02d}-{c.slug}"
     if c.maker is not None:
         return _made_chapter(c, folder, quick, data_root, run_study, say)
+    lacks = _study_needs(c, quick)
+    if lacks:
+        return ChapterState(c.number, "unavailable", reason=lacks)
     argv = [*c.argv(quick, data_root, fit_dir), "--out", str(folder), "-q"]
     command = "trainscope " + " ".join(shlex.quote(a) for a in argv)
     say(f"chapter {c.number}: {c.title}: {command}")
@@ -142,9 +276,9 @@ def _one_chapter(
     stop = stopped_by(code)
     if stop is not None:
         raise stop
-    status = "measured" if code == 0 else "failed"
-    reason = None if code == 0 else f"the study exited with status {code}"
-    return ChapterState(c.number, status, str(folder), command, reason)
+    if code == 0:
+        return ChapterState(c.number, "measured", str(folder), command)
+    return ChapterState(c.number, "failed", str(folder), command, _failure_cause(folder, code))
 
 
 def _made_chapter(
@@ -168,4 +302,12 @@ def _made_chapter(
     return ChapterState(c.number, "measured", str(folder), "\n".join(ctx.commands))
 
 
-__all__ = ["LAB_FILE", "ChapterState", "LabResult", "run_lab"]
+__all__ = [
+    "LAB_FILE",
+    "MAX_FROM_BYTES",
+    "MAX_FROM_RUNS",
+    "ChapterState",
+    "LabResult",
+    "missing_extra",
+    "run_lab",
+]
