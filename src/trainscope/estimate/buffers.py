@@ -4,7 +4,8 @@ None of these is measured by trainscope's meter (it counts parameters, gradients
 optimizer states and saved activations); each is an allowance, stated with its basis, so
 that the estimate's total is a per-device figure to plan with rather than a lower bound:
 
-- **communication** (per sharding):
+- **communication** (per sharding; none at world size 1, where one process exchanges
+  nothing and DDP or FSDP would allocate no buffers):
   - DDP: gradients are copied into flat buckets for the all-reduce, and trainscope's DDP
     (:mod:`trainscope.strategies.ddp`) leaves ``gradient_as_bucket_view`` off, so the
     buckets are a second copy of every gradient;

@@ -262,8 +262,10 @@ def estimate(setup: Setup) -> Estimate:
             "made in forward are saved for backward (their own row)"
         )
     columns = {}
+    # One process exchanges no gradients: it has no buckets or gathered units to hold.
+    alone = setup.states_only or setup.world_size == 1
     for key in SHARDINGS:
-        comm = [] if setup.states_only else communication(key, counts, setup.precision)
+        comm = [] if alone else communication(key, counts, setup.precision)
         columns[key] = Column(
             key,
             sharded(full, key, setup.world_size),
@@ -283,7 +285,8 @@ def dominant_line(est: Estimate, keys: list[str] | None = None) -> str:
         top = col.dominant
         share = comps[top] / col.total if col.total else 0.0
         parts.append(f"{SHARDING_TITLES[key]}: {COMPONENTS[top]} ({share:.0%})")
-    return "dominant component per device -> " + "; ".join(parts)
+    # "→", not "->": Markdown writes ">" as "&gt;", and the arrow needs no escape anywhere.
+    return "dominant component per device → " + "; ".join(parts)
 
 
 __all__ = [

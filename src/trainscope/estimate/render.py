@@ -14,7 +14,8 @@ from trainscope.reports.tables import Table
 
 ONE_DEVICE_NOTE = (
     "world size 1: ZeRO-1/2/3 shard the model states over one device, so they hold what "
-    "DDP holds; one column is shown (--world-size N for the shardings, --json for all four)"
+    "DDP holds; one column is shown (--world-size N for the shardings, --json for all four); "
+    "one process exchanges no gradients, so no communication allowance is counted"
 )
 
 

@@ -134,10 +134,18 @@ def k_factor(precision: str, optimizer: str) -> int:
 
 
 def per_parameter(precision: str, optimizer: str) -> str:
-    """'2 + 2 + 12 = 16 bytes per parameter' for the docs and the table's caption."""
+    """'2 + 2 + 12 = 16 bytes per parameter (weights + gradients + K; K = ...)' for the
+    docs and the table's caption: what K holds is said, not left to the ZeRO paper."""
     w = WEIGHT_BYTES[precision]
     k = k_factor(precision, optimizer)
-    return f"{w} + {w} + {k} = {2 * w + k} bytes per parameter (weights + gradients + K)"
+    master = MASTER_BYTES[precision]
+    parts = [f"{master} for the fp32 master copy"] if master else []
+    moments = "the momentum" if optimizer == "sgd" else "Adam's two moments"
+    parts.append(f"{MOMENTS[optimizer] * MOMENT_BYTES[precision]} for {moments}")
+    return (
+        f"{w} + {w} + {k} = {2 * w + k} bytes per parameter (weights + gradients + K; "
+        f"K = the optimizer's states: {' + '.join(parts)})"
+    )
 
 
 __all__ = [
