@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from trainscope.cli.flags import RUN_FLAGS
+from trainscope.cli.flags import RUN_FLAGS, refuse_muon_flags_without_muon
 from trainscope.config import resolve
 from trainscope.errors import ConfigError
 from trainscope.version import __version__
@@ -107,6 +107,7 @@ def cmd_slurm_script(args: argparse.Namespace) -> int:
     if args.nodes > 1:
         world["dist.master_port"] = 29500  # a placeholder: SLURM's variables give the real one
     cfg = resolve(args.config, {**overrides, **world})  # one clear line for a bad setting
+    refuse_muon_flags_without_muon(cfg, overrides)  # as `trainscope run` on the nodes would
     default = f"trainscope-{cfg.workload.name.split(':')[-1]}"[:64]  # a factory's name too
     name = args.job_name or "".join(c if c.isascii() and (c.isalnum() or c in "._-") else "-"
                                     for c in default)  # fmt: skip
@@ -116,7 +117,7 @@ def cmd_slurm_script(args: argparse.Namespace) -> int:
         partition=args.partition, cpus_per_task=args.cpus_per_task,
         gpus_per_node=args.gpus_per_node, signal_s=args.signal_s,
         runs=os.path.abspath(args.runs) if args.runs else None,
-        trainscope=args.trainscope or _trainscope_command(),
+        trainscope=_trainscope_command() if args.trainscope is None else args.trainscope,
     )  # fmt: skip
     flags = (["--config", os.path.abspath(args.config)] if args.config else []) + run_flags(
         overrides

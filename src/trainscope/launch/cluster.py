@@ -67,6 +67,7 @@ def _pet_defaults(cfg: RunConfig, env: MutableMapping[str, str]) -> RunConfig:
     given = {k: env[k] for k in PET_FLAGS if env.get(k)}
     if not given:
         return cfg
+    _check_pet_world(given, env)
     defaults = RunConfig().dist
     changes: dict[str, object] = {}
     for var, name in PET_FLAGS.items():
@@ -80,6 +81,24 @@ def _pet_defaults(cfg: RunConfig, env: MutableMapping[str, str]) -> RunConfig:
         else:
             changes[name] = raw
     return dataclasses.replace(cfg, dist=dataclasses.replace(cfg.dist, **changes))
+
+
+def _check_pet_world(given: dict[str, str], env: MutableMapping[str, str]) -> None:
+    """Refuse PET_* variables whose processes contradict WORLD_SIZE beside them: Kubeflow
+    sets WORLD_SIZE to nodes x processes per node, so a mismatch is two placements, of
+    which trainscope would silently follow one (four processes, for a world of two)."""
+    world = env.get("WORLD_SIZE", "")
+    per_node, nodes = given.get("PET_NPROC_PER_NODE", "1"), given.get("PET_NNODES", "1")
+    if not (world.isdigit() and per_node.isdigit() and nodes.isdigit()):
+        return  # malformed ones are refused below, naming the variable
+    if int(per_node) * int(nodes) != int(world):
+        claimed = " x ".join(f"{k}={given[k]}" for k in ("PET_NPROC_PER_NODE", "PET_NNODES")
+                             if k in given)  # fmt: skip
+        raise ConfigError(
+            f"the placement variables contradict each other: {claimed} asks for "
+            f"{int(per_node) * int(nodes)} processes, WORLD_SIZE={world} for {world}; "
+            "unset one or make them agree"
+        )
 
 
 def requeued_start(out: str | None) -> str | None:

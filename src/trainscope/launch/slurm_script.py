@@ -63,6 +63,20 @@ class ScriptOptions:
             r"[A-Za-z0-9._,-]{1,64}", self.partition
         ):
             raise ConfigError("--partition: 1-64 letters, digits, '.', '_', ',' or '-'")
+        command_words(self.trainscope)
+
+
+def command_words(command: str) -> list[str]:
+    """``--trainscope``'s command split as the shell would, or one clear line when it
+    cannot be (an unclosed quote) or names no command."""
+    try:
+        words = shlex.split(command)
+    except ValueError as e:
+        raise ConfigError(f"--trainscope {command[:80]!r}: the shell could not split it ({e})"
+                          ) from None  # fmt: skip
+    if not words:
+        raise ConfigError("--trainscope names no command: give the one that starts trainscope")
+    return words
 
 
 def time_limit_s(text: str) -> int:
@@ -133,7 +147,7 @@ def sbatch_script(run_args: list[str], opts: ScriptOptions, made_by: str) -> str
         "# One trainscope per task. No --kill-on-bad-exit: preempted ranks exit 128 + the",
         "# signal together, and rank 0 must live on to requeue the job. (A rank that fails",
         "# ends the others anyway: their next collective loses it.)",
-        *_wrapped(["srun", *map(shlex.quote, shlex.split(opts.trainscope)), "run",
+        *_wrapped(["srun", *map(shlex.quote, command_words(opts.trainscope)), "run",
                    *map(shlex.quote, run_args), "--requeue", '--out "$RUN_DIR"']),
     ]  # fmt: skip
     return "\n".join(lines) + "\n"

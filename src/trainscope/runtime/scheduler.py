@@ -12,7 +12,10 @@ trainscope, and ``torch.distributed``'s ``env://`` rendezvous, sees every schedu
 way it sees torchrun.
 
 A SLURM batch script itself (one process, no ``srun``) and an ``salloc`` shell are not
-tasks of a step: there, as on any machine, trainscope's own flags decide.
+tasks of a step: there, as on any machine, trainscope's own flags decide; the run's record
+still names the job it ran in (:func:`scheduler_record`). A job id is checked wherever it
+is read (:func:`slurm_job_id`): it goes to ``scontrol`` on a preemption, where a value
+such as ``--help`` would be read as an option.
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ Linux's ephemeral ports (32768 and up), which the kernel hands out to any socket
 MAX_NODELIST_CHARS = 65536
 MAX_BRACKETS = 16
 """Bracket groups in one host expression (rack[1-2]-n[1-4] has 2)."""
+JOB_ID = re.compile(r"\d{1,12}(?:[_+]\d{1,9})?")
+"""A SLURM job id: digits, or an array task (123_4) or a heterogeneous component (123+1)."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,7 @@ class Placement:
             "tasks_per_node": self.local_world_size,
             "master_addr": self.master_addr,
             "master_port": self.master_port,
+            "placed_ranks": True,
         }
 
 
@@ -192,6 +198,20 @@ def _port(env: Mapping[str, str], name: str) -> int:
     return _int(env, name, low=1, high=65535)
 
 
+def slurm_job_id(env: Mapping[str, str]) -> str | None:
+    """The SLURM job this process runs in (None: none), or one clear line when the id is
+    not a job id: it is passed to ``scontrol``, which would read ``--help`` as an option."""
+    for name in ("SLURM_JOB_ID", "SLURM_JOBID"):
+        raw = env.get(name)
+        if not raw:
+            continue
+        if not JOB_ID.fullmatch(raw):
+            raise ConfigError(f"{name}={raw[:40]!r} in the environment is not a SLURM job id "
+                              "(digits, or an array task such as 123_4)")  # fmt: skip
+        return raw
+    return None
+
+
 def _slurm(env: Mapping[str, str]) -> Placement:
     """An ``srun`` task: its step's tasks are the world, the step's first host the
     rendezvous (unless MASTER_ADDR/MASTER_PORT say otherwise)."""
@@ -214,7 +234,7 @@ def _slurm(env: Mapping[str, str]) -> Placement:
             "each (sbatch --ntasks-per-node)"
         )
     local_world = per_node[0]
-    job = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID")
+    job = slurm_job_id(env)
     if "MASTER_PORT" in env:
         port = _port(env, "MASTER_PORT")
     else:  # every task of the step derives the same one; steps of a job differ
@@ -251,6 +271,7 @@ def detect(env: Mapping[str, str]) -> Placement | None:
     an ``srun`` task is SLURM's; a pod with RANK/WORLD_SIZE/MASTER_ADDR and no LOCAL_RANK
     is a PyTorchJob's. Malformed variables are one clear error naming the variable.
     """
+    slurm_job_id(env)  # a job id that is not one is refused wherever the run may go
     if "TORCHELASTIC_RUN_ID" in env and all(v in env for v in ("RANK", "WORLD_SIZE")):
         return _torchrun(env, "torchrun")
     if "SLURM_STEP_ID" in env and "SLURM_PROCID" in env:
@@ -264,9 +285,30 @@ def detect(env: Mapping[str, str]) -> Placement | None:
 
 
 def scheduler_record(env: Mapping[str, str]) -> dict[str, Any] | None:
-    """What a run's ``summary.json`` says of the scheduler that placed it (None: none)."""
+    """What a run's ``summary.json`` says of the scheduler that placed it, or of the SLURM
+    job it ran in without ``srun`` (a batch script: provenance, no ranks placed); None
+    when neither."""
     placement = detect(env)
-    return None if placement is None else placement.record()
+    if placement is not None:
+        record = placement.record()
+        if placement.scheduler == "slurm":
+            record["job_name"] = env.get("SLURM_JOB_NAME") or None
+        return record
+    job = slurm_job_id(env)
+    if job is None:
+        return None
+    hosts: list[str] = []
+    nnodes: int | None = None
+    try:  # provenance only: a node list it cannot read is left out, the run goes on
+        if env.get("SLURM_JOB_NODELIST"):
+            hosts, nnodes = parse_nodelist(env["SLURM_JOB_NODELIST"])
+    except ConfigError:
+        pass
+    return {
+        "name": "slurm", "job_id": job, "job_name": env.get("SLURM_JOB_NAME") or None,
+        "nodes": hosts, "nnodes": nnodes, "tasks": None, "tasks_per_node": None,
+        "master_addr": None, "master_port": None, "placed_ranks": False,
+    }  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------
@@ -297,6 +339,19 @@ def check_flags(nproc: int, nnodes: int, p: Placement) -> None:
             f"the flags ask for {nproc} processes on each of {nnodes} nodes", p,
             f"{p.local_world_size} tasks on each of {p.nnodes} nodes",
         )  # fmt: skip
+
+
+def claimed_world(env: Mapping[str, str]) -> str:
+    """Which variables said how many ranks there are, for a message about the ones that
+    never came: ``SLURM_NTASKS=2 claims 2 tasks``, ``WORLD_SIZE=2 claims 2 processes``."""
+    world = env.get("WORLD_SIZE", "?")[:12]
+    if env.get(PLACED_BY) == "slurm":
+        name = "SLURM_STEP_NUM_TASKS" if "SLURM_STEP_NUM_TASKS" in env else "SLURM_NTASKS"
+        return f"{name}={env.get(name, '?')[:12]} claims {world} tasks"
+    who = {"pytorchjob": "the PyTorchJob's "}.get(env.get(PLACED_BY, ""), "")
+    if "TORCHELASTIC_RUN_ID" in env:
+        who = "torchrun's "
+    return f"{who}WORLD_SIZE={world} claims {world} processes"
 
 
 def torchrun_env(p: Placement, master_addr: str | None, master_port: int | None) -> dict[str, str]:
