@@ -77,6 +77,12 @@ ScheduleInterleaved1F1B (two stages per rank)."""
 PP_SPLITS = ("even", "measured")
 """``--pp-split``: how the blocks are shared out among the stages."""
 MAX_MICROBATCHES = 4096  # beyond any batch a pipeline step splits; bounds the schedule's lists
+# Learning rates: far above any that trains (one of 100 diverges any model in a step), and
+# far below what overflows float32 inside torch's update (1e300 surfaced as torch's
+# "value cannot be converted to type float without overflow" at the first step).
+MAX_LR = 100.0
+MUON_ONLY = ("muon_lr", "muon_ns_dtype", "muon_ns_steps")
+"""TrainConfig fields only --optimizer muon reads."""
 
 
 def checkpointing_policy(text: Any) -> tuple[str, int]:
@@ -96,6 +102,16 @@ def need_choice(what: str, value: Any, allowed: Collection[str]) -> None:
     one of ``allowed``."""
     if value not in allowed:
         raise ConfigError(f"unknown {what} {value!r}: choose one of {', '.join(allowed)}")
+
+
+def need_lr(name: str, value: Any) -> None:
+    """A learning rate: a finite number > 0 and at most :data:`MAX_LR`, or one line."""
+    need_number(name, value, low=0.0, low_open=True)
+    if value > MAX_LR:
+        raise ConfigError(
+            f"{name} must be at most {MAX_LR:g} (no model trains at a larger one), "
+            f"got {show(value)}"
+        )
 
 
 def available_cpus() -> int:
@@ -333,8 +349,8 @@ class TrainConfig:
             need_positive("max_steps_per_epoch", self.max_steps_per_epoch)
         need_choice("optimizer", self.optimizer, OPTIMIZERS)
         need_choice("optimizer_impl", self.optimizer_impl, OPTIMIZER_IMPLS)
-        need_number("lr", self.lr, low=0.0, low_open=True)
-        need_number("muon_lr", self.muon_lr, low=0.0, low_open=True)
+        need_lr("lr", self.lr)
+        need_lr("muon_lr", self.muon_lr)
         need_choice("muon_ns_dtype", self.muon_ns_dtype, ("auto", "bf16", "fp32"))
         need_integer("muon_ns_steps", self.muon_ns_steps)
         need_number("muon_ns_steps", self.muon_ns_steps, low=1, high=20)

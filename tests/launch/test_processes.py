@@ -294,6 +294,11 @@ def test_a_rank_killed_from_outside_is_named(tmp_path: Path) -> None:
     for path in ("r/summary.json", "r/ranks/rank1/summary.json"):
         summary = json.loads((tmp_path / path).read_text())
         assert summary["status"] == "failed", path  # nothing left at "running"
+        assert "rank 1 was killed by SIGKILL" in summary["error"], (path, summary["error"])
+    # The main record names the cause first, not what rank 0 saw of it afterwards (a lost
+    # connection, or the agent's SIGTERM).
+    main_error = json.loads((tmp_path / "r" / "summary.json").read_text())["error"]
+    assert main_error.startswith("rank 1 was killed by SIGKILL"), main_error
 
 
 # ------------------------------------------------- the one line, from the launch folder

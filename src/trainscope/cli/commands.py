@@ -21,7 +21,13 @@ import yaml
 
 from trainscope import registry
 from trainscope.cli.doctor import add_parser as add_doctor_parser
-from trainscope.cli.flags import FLAG_GROUPS, RUN_FLAGS, flag_group, refuse_what_the_study_sets
+from trainscope.cli.flags import (
+    FLAG_GROUPS,
+    RUN_FLAGS,
+    flag_group,
+    refuse_muon_flags_without_muon,
+    refuse_what_the_study_sets,
+)
 from trainscope.cli.lab import add_parser as add_lab_parser
 from trainscope.cli.slurm import add_parser as add_slurm_parser
 from trainscope.collectives import cli as collectives_cli
@@ -249,6 +255,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         config = _resume_config(args.resume, overrides, config)
     cfg = resolve(config, overrides)  # validated before any import of torch
     deletion_only_from_command_line(cfg, overrides, config)
+    refuse_muon_flags_without_muon(cfg, overrides)
     check_data(cfg.workload)  # the data folder too: before the run folder and torch
     if args.no_progress:
         cfg.runtime.progress = False
@@ -259,6 +266,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     outcome = run_or_launch(cfg, console, extra_args=extra)
     if outcome.error is not None:
         raise TrainscopeError(outcome.error)
+    ended = outcome.summary or {}
+    error = str(ended.get("error") or "")
+    if outcome.code and ended.get("status") == "failed" and error:
+        # A run that ended failed without raising (its last metrics lines refused by a
+        # full disk) says why in one line too; a stall's verdict has said it already.
+        if not error.startswith("stalled:"):
+            raise TrainscopeError(error)
     return outcome.code
 
 
@@ -350,6 +364,9 @@ def cmd_study(args: argparse.Namespace) -> int:
 
     if args.study is None:
         raise ConfigError("study needs a NAME: " + ", ".join(registry.STUDIES))
+    from trainscope.runtime.scheduler import slurm_job_id
+
+    slurm_job_id(os.environ)  # its runs may ask scontrol about the job: refused up front
     entry = registry.STUDIES[args.study]
     plan = _plan_study(args, entry)
     if args.dry_run:
@@ -460,7 +477,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from trainscope.train.failures import machine_cause
 
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        _refuse_extras(parser, args, extras)
     # --threads auto reads the other load from here to the run (a window that costs no
     # wait); imported after parsing, so that --help loads no more than the parsers.
     from trainscope.runtime.threads import note_entry
@@ -513,6 +532,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         finally:
             logging.disable(logging.NOTSET)  # main() called in a process that goes on
+
+
+def _refuse_extras(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                   extras: list[str]) -> NoReturn:  # fmt: skip
+    """Words no command takes: argparse's one line, or, for a script given to ``run``,
+    how a script is measured today."""
+    script = next((w for w in extras if not w.startswith("-")), None)
+    if args.command == "run" and script is not None:
+        parser.error(
+            f"run takes no script ({script}): a script is measured today through a workload "
+            "factory, --workload module:factory (docs/workloads.md); `trainscope profile -- "
+            "SCRIPT` is planned and not available yet"
+        )
+    parser.error(f"unrecognized arguments: {' '.join(extras)}")
 
 
 def _debug_cause(e: BaseException) -> None:

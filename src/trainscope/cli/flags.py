@@ -10,7 +10,7 @@ import argparse
 from typing import Any
 
 from trainscope import registry
-from trainscope.config import BUILTIN_WORKLOADS  # torch-free
+from trainscope.config import BUILTIN_WORKLOADS, MUON_ONLY  # torch-free
 from trainscope.errors import ConfigError
 
 
@@ -325,11 +325,31 @@ def flag_group(dest: str) -> str:
     return "other"
 
 
+def flag_of(key: str) -> str:
+    """The run flag that sets config key ``key`` (the key itself where none does)."""
+    return next((f for f, (dest, _) in RUN_FLAGS.items() if dest == key), key)
+
+
+def refuse_muon_flags_without_muon(cfg: Any, overrides: dict[str, Any]) -> None:
+    """A Muon setting typed for a run whose optimizer is not muon is refused: the run would
+    ignore it while its config.yaml records it. (A config file may carry one: a muon
+    run's saved config rerun with another --optimizer, a recipe's.)"""
+    if cfg.train.optimizer == "muon":
+        return
+    for name in MUON_ONLY:
+        if f"train.{name}" in overrides:
+            flag = flag_of(f"train.{name}")
+            raise ConfigError(
+                f"{flag} is a setting of --optimizer muon, and this run's optimizer is "
+                f"{cfg.train.optimizer}: add --optimizer muon, or leave {flag} out"
+            )
+
+
 def refuse_what_the_study_sets(study: str, overrides: dict[str, Any]) -> None:
     """A run flag for a key the study sets itself is an error, never silently dropped."""
     # Each study's registry entry names the run settings it sets per configuration, and
     # the study flag to use instead: a run flag for one of them would be silently lost.
     for key, instead in registry.STUDIES[study].sets.items():
         if key in overrides:
-            flag = next((f for f, (dest, _) in RUN_FLAGS.items() if dest == key), key)
+            flag = flag_of(key)
             raise ConfigError(f"study {study} sets {flag} for each of its runs; use {instead}")

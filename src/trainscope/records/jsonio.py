@@ -8,6 +8,7 @@ atomically so a reader sees the old file or the new one, never half of one.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -70,6 +71,31 @@ def atomic_write_text(path: Path, text: str) -> None:
 def atomic_write_json(path: Path, obj: Any) -> None:
     """Write ``obj`` as strict JSON to ``path`` so a reader sees the old file or the new."""
     atomic_write_text(path, dumps(obj, indent=2) + "\n")
+
+
+def no_space(e: BaseException) -> bool:
+    """Whether ``e`` says the disk (or the user's quota) is full."""
+    return isinstance(e, OSError) and e.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", -1))
+
+
+def overwrite_json(path: Path, obj: Any) -> None:
+    """Write ``obj`` over what ``path`` holds, in place: the last resort on a full disk,
+    where the temporary file of an atomic write cannot be written but the blocks the file
+    already has can. Refused (ENOSPC, nothing written) when the text needs more room than
+    the file has; not atomic, so only for a record's last word."""
+    data = (dumps(obj, indent=2) + "\n").encode("utf-8")
+    fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if len(data) > max(st.st_size, st.st_blocks * 512):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        done = 0
+        while done < len(data):  # a regular file takes it whole; looped all the same
+            done += os.pwrite(fd, data[done:], done)
+        os.ftruncate(fd, len(data))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 # A record file is read whole: beyond this it is not a record trainscope wrote.

@@ -147,6 +147,10 @@ def complete_records(run_dir: Path, cause: str) -> None:
         if summary["status"] == "running":
             summary["status"] = "failed"
             summary["error"] = f"the process ended without recording why; the launch: {cause}"
+        elif _is_consequence(str(summary.get("error") or "")) and not _is_consequence(cause):
+            # This rank was stopped because another failed ("terminated by SIGTERM" from
+            # the agent, a lost connection): its record names the cause first.
+            summary["error"] = f"{cause} (then this process: {summary['error']})"
         # What ended the whole launch, beside what this rank saw (often only the effect).
         summary["launch_error"] = cause
         try:

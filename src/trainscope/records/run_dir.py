@@ -13,7 +13,13 @@ import yaml
 
 from trainscope.errors import TrainscopeError
 from trainscope.records.attempts import current_events
-from trainscope.records.jsonio import atomic_write_json, dumps, read_json_object
+from trainscope.records.jsonio import (
+    atomic_write_json,
+    dumps,
+    no_space,
+    overwrite_json,
+    read_json_object,
+)
 from trainscope.records.ownership import OwnedDir, claim_dir, refuse_linked_folder
 from trainscope.records.record_specs import SUMMARY
 from trainscope.records.schema import check
@@ -131,6 +137,9 @@ class RunWriter:
         self._metrics: TextIO = open(
             self.run_dir / "metrics.jsonl", "a", buffering=1 << 16, encoding="utf-8"
         )
+        self.lost: OSError | None = None
+        """Why the last metrics lines could not be written when it closed (a full disk):
+        the summary, written next, says so (:meth:`close` does not raise it)."""
 
     def record(self, *files: str, dirs: tuple[str, ...] = ()) -> None:
         """Note files (and folders) in the directory's marker before writing them."""
@@ -158,21 +167,52 @@ class RunWriter:
         self._metrics.flush()
 
     def write_summary(self, summary: dict[str, Any]) -> None:
-        """Write summary.json atomically."""
+        """Write summary.json atomically. The summary of a run that has ended (any status
+        but ``running``), refused by a full disk, is written over the one already there,
+        whole if it fits in the file's room, else its top-level fields: a record must not
+        stay ``running`` after its process has exited."""
         summary = {"schema_version": SCHEMA_VERSION, **summary}
-        atomic_write_json(self.run_dir / "summary.json", summary)
+        path = self.run_dir / "summary.json"
+        try:
+            atomic_write_json(path, summary)
+        except OSError as e:
+            if not (no_space(e) and summary.get("status") != "running" and path.is_file()):
+                raise
+            _overwrite_summary(path, summary, e)
 
     def close(self) -> None:
-        """Flush and close metrics.jsonl."""
-        if not self._metrics.closed:
+        """Flush and close metrics.jsonl. Lines a full disk refuses are lost, and said
+        so in :attr:`lost`, not raised: the run's summary must still be written after."""
+        if self._metrics.closed:
+            return
+        try:
             self._metrics.flush()
+        except OSError as e:
+            self.lost = self.lost or e
+        try:
             self._metrics.close()
+        except OSError as e:  # the buffer's second try at the same lines
+            self.lost = self.lost or e
 
     def release(self) -> None:
         """Close, then give up the directory's lock (the run is over)."""
         self.close()
         if self.owned is not None:
             self.owned.release()
+
+
+def _overwrite_summary(path: Path, summary: dict[str, Any], refused: OSError) -> None:
+    """The summary in place of the one at ``path`` (see :meth:`RunWriter.write_summary`):
+    whole, else its top-level fields with a note; ``refused`` when neither fits."""
+    small = {k: v for k, v in summary.items() if not isinstance(v, (dict, list))}
+    small["notes"] = ["summary.json holds its top-level fields only: the disk was full"]
+    for attempt in (summary, small):
+        try:
+            overwrite_json(path, attempt)
+            return
+        except OSError:
+            continue
+    raise refused
 
 
 class RecordWarning(UserWarning):

@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from trainscope.records import RunWriter
+from trainscope.train.failures import machine_cause
 
 
 def now_utc() -> str:
@@ -345,8 +346,14 @@ class RunSummary:
             return self._dict()
 
     def write(self) -> None:
-        """Write summary.json (atomically): the only writer of it."""
+        """Write summary.json (atomically): the only writer of it. Metrics lines that a
+        full disk refused as they were closed make a completed run a failed one (once the
+        run has ended, the writer gets the summary onto a full disk all the same)."""
         with self._lock:
+            lost = getattr(self._writer, "lost", None)
+            if lost is not None and self.status == "completed":
+                self.status = "failed"
+                self.error = machine_cause(lost) or f"metrics.jsonl: {lost}"
             self._writer.write_summary(self._dict())
 
     def _dict(self) -> dict[str, Any]:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
+import io
 import os
 import sys
 from collections.abc import Callable
@@ -122,12 +124,7 @@ def load_factory(spec: str) -> Callable[..., Workload]:
         if importlib.util.find_spec(top) is None and os.getcwd() not in sys.path:
             added = os.getcwd()
             sys.path.append(added)
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise ConfigError(
-            f"workload {spec!r}: cannot import {module_name!r} ({e}); it is looked for among "
-            "installed packages and PYTHONPATH, then in the current directory"
-        ) from None
+        module = _import(spec, module_name)
     finally:
         # Only for this import: a later lazy import (of an optional package that is not
         # installed, say) must not find a file of the same name in the current directory.
@@ -137,6 +134,35 @@ def load_factory(spec: str) -> Callable[..., Workload]:
     if not callable(factory):
         raise ConfigError(f"workload {spec!r}: {module_name} has no callable {attr!r}")
     return factory
+
+
+def _import(spec: str, module_name: str) -> Any:
+    """Import a factory's module; any way its own code fails as it loads (a script that
+    trains, parses the command line or exits when imported) is one line, said as the
+    module's. What it prints meanwhile is held back: shown as it was where the import
+    works, and its last line of stderr quoted in the error where it does not."""
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ConfigError(
+            f"workload {spec!r}: cannot import {module_name!r} ({e}); it is looked for among "
+            "installed packages and PYTHONPATH, then in the current directory"
+        ) from None
+    except (Exception, SystemExit) as e:
+        text = " ".join(str(e).split())
+        what = f"{type(e).__name__}: {text}" if text else type(e).__name__
+        said = [line for line in err.getvalue().splitlines() if line.strip()]
+        printed = f"; it printed: {' '.join(said[-1].split())[:200]}" if said else ""
+        raise ConfigError(
+            f"workload {spec!r}: importing {module_name!r} raised {what[:300]}{printed} (a "
+            "factory's module must import without running anything; TRAINSCOPE_DEBUG=1 shows "
+            "the traceback)"
+        ) from e
+    sys.stdout.write(out.getvalue())
+    sys.stderr.write(err.getvalue())
+    return module
 
 
 PART_KEYS = ("model", "train_set", "val_set", "loss_fn", "test_set", "task", "num_classes",
