@@ -196,6 +196,26 @@ def test_compare_claims_a_step_time_ratio_only_beyond_the_noise(tmp_path: Path) 
     ]
 
 
+def test_a_run_measured_under_other_load_gets_no_ratio(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The slow run had 1.9 cores of other load beside it: its 2.00x is not a finding."""
+    monkeypatch.delenv("TRAINSCOPE_IGNORE_LOAD")  # the suite switches the rule off
+    cpu = {"threads": 2, "processes_on_node": 1, "cores": 2}
+    base = {
+        **COMPLETED,
+        "steady_state": _steady(10.0, 9.5, 10.5),
+        "cpu": {**cpu, "other_cores": 0.0},
+    }
+    slow = {**BF16, "steady_state": _steady(20.0, 19.0, 21.0), "cpu": {**cpu, "other_cores": 1.9}}
+    runs = [write_run(tmp_path, n, s) for n, s in (("a", base), ("c", slow))]
+    (c,) = build_comparison(runs, tmp_path / "cmp").findings
+    assert (
+        c
+        == "c vs a: steady step time: not a finding: other processes kept 1.9 cores busy during c."
+    )
+
+
 def test_each_figure_is_one_row_across_runs(tmp_path: Path) -> None:
     """Runs with different steady-step counts (95 and 40): their steady step times share
     one row, n in each cell, never a row per run with dashes for the others."""

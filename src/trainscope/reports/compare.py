@@ -23,6 +23,7 @@ from trainscope.reports.tables import (
     fmt_seconds,
     overview_table,
 )
+from trainscope.util.load import loaded, not_a_finding
 from trainscope.util.spread import NONE, Spread
 
 # Warm-up steps left out of an older run's steady state (its summary has none).
@@ -92,7 +93,8 @@ def step_spread(record: RunRecord) -> Spread:
 
 def verdicts(names: Sequence[str], records: Sequence[RunRecord]) -> list[str]:
     """Each run's steady step time against the first run's: a ratio only where the two
-    interquartile ranges of per-step times do not overlap, else no measurable difference."""
+    interquartile ranges of per-step times do not overlap, else no measurable difference;
+    "not a finding" where either run was measured under other load (util.load)."""
     if len(records) < 2:
         return []
     base = step_spread(records[0])
@@ -102,6 +104,12 @@ def verdicts(names: Sequence[str], records: Sequence[RunRecord]) -> list[str]:
     for name, rec in zip(names[1:], records[1:]):
         sp = step_spread(rec)
         if sp.median is None:
+            continue
+        crowded = [(n, r) for n, r in ((name, rec), (names[0], records[0])) if loaded(r.summary)]
+        if crowded:  # one side measured beside other work: its step times are not its own
+            who = " and ".join(n for n, _ in crowded)
+            line = not_a_finding(who, [r.summary for _, r in crowded])
+            out.append(f"{name} vs {names[0]}: steady step time: {line}.")
             continue
         out.append(
             compare_text(name, sp, names[0], base, "steady step time", fmt=_ms, unit=" ms")
