@@ -46,15 +46,20 @@ def _scaling_rep(step_ms: float) -> dict[str, Any]:
     }
 
 
-def test_strong_scaling_beyond_100_percent_is_an_invalid_measurement(tmp_path: Path) -> None:
-    """The lab's "strong scaling speed-up 5.43x, efficiency 271%" from 2 processes on 2
-    cores: the one-process repeats ran slowed (90 ms), the 2-process ones at 16 ms."""
-    planted = {f"strong-n1/r{k}": _scaling_rep(ms) for k, ms in enumerate([88, 90, 95], 1)}
-    planted |= {f"strong-n2/r{k}": _scaling_rep(ms) for k, ms in enumerate([16, 16.5, 17], 1)}
+def _strong_report(tmp_path: Path, one: list[float], two: list[float]) -> Any:
+    """A planted strong-scaling study: one and two processes' step times (ms), 3 repeats."""
+    planted = {f"strong-n1/r{k}": _scaling_rep(ms) for k, ms in enumerate(one, 1)}
+    planted |= {f"strong-n2/r{k}": _scaling_rep(ms) for k, ms in enumerate(two, 1)}
     base = from_dict({"runtime": {"device": "cpu", "threads": 2},
                       "dist": {"strategy": "ddp"}}).to_dict()  # fmt: skip
     plan = scaling.plan(base, CPU, repeats=3, nprocs=(1, 2), modes=("strong",))
-    report = report_of(plan, tmp_path, Planted(planted, fresh=True))
+    return report_of(plan, tmp_path, Planted(planted, fresh=True))
+
+
+def test_strong_scaling_beyond_100_percent_is_an_invalid_measurement(tmp_path: Path) -> None:
+    """The lab's "strong scaling speed-up 5.43x, efficiency 271%" from 2 processes on 2
+    cores: the one-process repeats ran slowed (90 ms), the 2-process ones at 16 ms."""
+    report = _strong_report(tmp_path, [88, 90, 95], [16, 16.5, 17])
     (finding,) = [f for f in report.findings if f.startswith("strong scaling on 2")]
     assert "invalid measurement, not a finding" in finding, finding
     assert "beyond the 2x that 2 processes on 2 cores can give" in finding
@@ -64,12 +69,7 @@ def test_strong_scaling_beyond_100_percent_is_an_invalid_measurement(tmp_path: P
 
 
 def test_a_plausible_speed_up_is_still_stated(tmp_path: Path) -> None:
-    planted = {f"strong-n1/r{k}": _scaling_rep(ms) for k, ms in enumerate([30, 31, 32], 1)}
-    planted |= {f"strong-n2/r{k}": _scaling_rep(ms) for k, ms in enumerate([17, 17.5, 18], 1)}
-    base = from_dict({"runtime": {"device": "cpu", "threads": 2},
-                      "dist": {"strategy": "ddp"}}).to_dict()  # fmt: skip
-    plan = scaling.plan(base, CPU, repeats=3, nprocs=(1, 2), modes=("strong",))
-    report = report_of(plan, tmp_path, Planted(planted, fresh=True))
+    report = _strong_report(tmp_path, [30, 31, 32], [17, 17.5, 18])
     (finding,) = [f for f in report.findings if f.startswith("strong scaling on 2")]
     assert "speed-up 1.77x, efficiency 89%" in finding, finding
 

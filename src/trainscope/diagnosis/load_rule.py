@@ -16,14 +16,9 @@ from typing import Any
 
 from trainscope.diagnosis.facts import RunFacts
 from trainscope.diagnosis.findings import Finding, ms
-from trainscope.util.load import MARGIN_CORES, loaded
+from trainscope.util.load import MARGIN_CORES, finite_number, loaded
 
 RULE = "measured-under-load"
-
-
-def _num(x: Any) -> float | None:
-    ok = isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-    return float(x) if ok else None
 
 
 def measured_under_load(f: RunFacts) -> Finding | None:
@@ -31,16 +26,16 @@ def measured_under_load(f: RunFacts) -> Finding | None:
     cpu = f.summary.get("cpu")
     if not isinstance(cpu, dict) or not loaded(f.summary):
         return None
-    other = _num(cpu.get("other_cores")) or 0.0
-    threads = int(_num(cpu.get("threads")) or 1)
-    procs = int(_num(cpu.get("processes_on_node")) or 1)
-    cores = _num(cpu.get("cores")) or 1.0
+    other = finite_number(cpu.get("other_cores")) or 0.0
+    threads = int(finite_number(cpu.get("threads")) or 1)
+    procs = int(finite_number(cpu.get("processes_on_node")) or 1)
+    cores = finite_number(cpu.get("cores")) or 1.0
     evidence = [
         f"other processes kept {other:.1f} of {cores:g} cores busy on average while it ran",
         f"its own threads: {threads} x {procs} process{'es' * (procs != 1)}",
     ]
     sampled = cpu.get("other_cores_sampled")
-    if isinstance(sampled, dict) and _num(sampled.get("min")) is not None:
+    if isinstance(sampled, dict) and finite_number(sampled.get("min")) is not None:
         evidence.append(
             f"other load per sample: {sampled['min']:.1f}–{sampled.get('max', 0):.1f} cores"
         )

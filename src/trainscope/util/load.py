@@ -46,7 +46,8 @@ LOAD_STEP_CORES = 0.75
 start and the run) from which the record says the load changed."""
 
 
-def _num(x: Any) -> float | None:
+def finite_number(x: Any) -> float | None:
+    """``x`` as a float when it is a finite real number (not a bool), else None."""
     ok = isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
     return float(x) if ok else None
 
@@ -54,7 +55,7 @@ def _num(x: Any) -> float | None:
 def other_cores(summary: dict[str, Any]) -> float | None:
     """Cores other processes kept busy while the run ran, or None where not recorded."""
     cpu = summary.get("cpu")
-    return _num(cpu.get("other_cores")) if isinstance(cpu, dict) else None
+    return finite_number(cpu.get("other_cores")) if isinstance(cpu, dict) else None
 
 
 def ignore_load() -> bool:
@@ -80,7 +81,9 @@ def loaded(summary: dict[str, Any]) -> bool:
         return False
     if other >= loaded_limit():
         return True
-    threads, procs, cores = (_num(cpu.get(k)) for k in ("threads", "processes_on_node", "cores"))
+    threads, procs, cores = (
+        finite_number(cpu.get(k)) for k in ("threads", "processes_on_node", "cores")
+    )
     if threads is None or procs is None or cores is None:
         return False
     return other >= MARGIN_CORES and threads * procs + other > cores + MARGIN_CORES
