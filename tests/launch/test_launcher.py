@@ -242,11 +242,11 @@ def test_run_or_launch_launches_what_needs_processes(
 def test_the_cli_the_api_and_studies_launch_through_run_or_launch(
     no_torchrun_env: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    seen: list[tuple[bool, list[str] | None]] = []
+    seen: list[tuple[bool, list[str] | None, bool]] = []
 
     def spy(cfg: RunConfig, console: Any = None, *, fresh_process: bool = False,
-            extra_args: list[str] | None = None) -> Any:  # fmt: skip
-        seen.append((fresh_process, extra_args))
+            extra_args: list[str] | None = None, own_process: bool = False) -> Any:  # fmt: skip
+        seen.append((fresh_process, extra_args, own_process))
         return launch_module.RunOutcome(0, {"status": "completed"}, launched=True)
 
     # Where each caller looks the function up: the API imports it at its top; the CLI and
@@ -261,10 +261,12 @@ def test_the_cli_the_api_and_studies_launch_through_run_or_launch(
     assert run_any(from_dict({"out": str(tmp_path / "s")}), fresh_process=True) == {
         "status": "completed"
     }
+    # Only the command line owns its process (its imports may freeze the collector's
+    # objects: runtime.gc_imports); a notebook's or a study's process is left alone.
     assert seen == [
-        (False, ["--quiet"]),
-        (False, ["--quiet", "--no-progress"]),
-        (True, ["--quiet", "--no-progress"]),
+        (False, ["--quiet"], True),
+        (False, ["--quiet", "--no-progress"], False),
+        (True, ["--quiet", "--no-progress"], False),
     ]
 
 

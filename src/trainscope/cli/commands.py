@@ -263,7 +263,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     console = RunConsole(enabled=not args.quiet, progress=cfg.runtime.progress)
     extra = ["--quiet"] * args.quiet + ["--no-progress"] * args.no_progress
-    outcome = run_or_launch(cfg, console, extra_args=extra)
+    outcome = run_or_launch(cfg, console, extra_args=extra, own_process=True)
     if outcome.error is not None:
         raise TrainscopeError(outcome.error)
     ended = outcome.summary or {}

@@ -35,6 +35,7 @@ from trainscope.config import USER_OMP_ENV, DistConfig, RunConfig
 from trainscope.errors import ConfigError, DeviceError, Terminated, TrainscopeError
 from trainscope.records import launch_outcomes
 from trainscope.records.jsonio import try_json_object
+from trainscope.runtime.gc_imports import imports_without_gc
 from trainscope.runtime.threads import launch_env_load
 
 
@@ -230,6 +231,7 @@ def run_or_launch(
     *,
     fresh_process: bool = False,
     extra_args: list[str] | None = None,
+    own_process: bool = False,
 ) -> RunOutcome:
     """Run ``cfg`` in this process, or launch it when it needs several processes (through
     torchrun) or, with ``fresh_process``, a process of its own even for one (so that its
@@ -237,12 +239,18 @@ def run_or_launch(
     one place that decides; the CLI, the Python API and studies (:func:`run_any`) call it.
 
     ``console`` shows a run in this process; ``extra_args`` go on the launched processes'
-    command line (``--quiet``, ``--no-progress``). A run in this process that fails raises
-    (after recording it); a launch that fails returns its code and one line why."""
-    torchrun = needs_launch(cfg)
+    command line (``--quiet``, ``--no-progress``); ``own_process``: the caller owns the
+    process (the command line), so its first imports may freeze the collector's
+    objects. A run in this process that fails raises (after recording it); a launch that
+    fails returns its code and one line why."""
+    # The command line owns its process: its first imports (torch, the trainer) run
+    # with the collector paused, then frozen (runtime.gc_imports). A library caller's
+    # process (a notebook) is left as it is.
+    with imports_without_gc() if own_process else contextlib.nullcontext():
+        torchrun = needs_launch(cfg)
+        if not torchrun and not fresh_process:
+            from trainscope.train.run import run
     if not torchrun and not fresh_process:
-        from trainscope.train.run import run
-
         summary = run(cfg, console)
         return RunOutcome(0 if summary.get("status") == "completed" else 1, summary)
     result = launch(cfg, extra_args, torchrun=torchrun)
