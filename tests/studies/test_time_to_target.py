@@ -175,3 +175,45 @@ def test_the_built_in_search_tries_fewer_newton_schulz_steps_only_for_muon() -> 
     ]
     assert knob_alternatives(base(optimizer="adamw"), {}, "ns_steps") == []
     assert flags_text({"train.muon_ns_steps": 3}) == "--muon-ns-steps 3"
+
+
+def _reached(train_s: float, other: float = 0.0) -> dict:
+    """A planted summary: the target met after ``train_s`` s, beside ``other`` cores."""
+    cpu = {"other_cores": other, "threads": 1, "processes_on_node": 1, "cores": 2}
+    target = {"reached": True, "step": 50, "train_time_s": train_s,
+              "process_time_s": train_s + 2.0, "best": {"value": 0.95, "step": 50}}  # fmt: skip
+    return {"target": target, "steps": 50, "cpu": cpu}
+
+
+@pytest.mark.parametrize("loaded_seeds", [("r2", "r3"), ("r2",)])
+def test_finals_under_planted_load_name_no_winner_from_loaded_seeds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, loaded_seeds: tuple[str, ...]
+) -> None:
+    """adamw's final seeds ran beside 1.9 cores of other load and look 5x faster. With
+    every seed loaded, no winner and a "not a finding"; with one, it is left out and the
+    clean seeds alone are compared."""
+    from tests.reports.test_honest_numbers import Planted
+
+    monkeypatch.delenv("TRAINSCOPE_IGNORE_LOAD", raising=False)
+    recipes = [{"name": "adamw", "flags": "--optimizer adamw",
+                "overrides": {"train.optimizer": "adamw"}}]  # fmt: skip
+    b = base(target="val_accuracy>=0.9", time_limit_s=20)
+    p = plan(b, torch.device("cpu"), repeats=2, warmup=False, recipes=recipes, finalists=1)
+    planted = {f"default/r{k}": _reached(5.0 + 0.1 * k) for k in (1, 2, 3)}
+    planted |= {f"adamw/r{k}": _reached(3.0 + 0.1 * k) for k in (1, 2, 3)}
+    planted |= {f"adamw/{r}": _reached(1.0, other=1.9) for r in loaded_seeds}
+    out = tmp_path / "study"
+    execute_adaptive(p, out, more, say=lambda _: None, run_fn=Planted(planted), remeasure=0)
+    build_study_report(out)
+    md = (out / "report" / "report.md").read_text()
+    if len(loaded_seeds) == 2:
+        assert (
+            "not a finding: other processes kept 1.9 cores busy during all 2 seed(s) of adamw" in md
+        )
+        assert "No winner is named" in md and "Winning recipe" not in md
+        assert "Fastest to the target: adamw" not in md
+    else:
+        assert "1 measured under other load, left out" in md
+        # The clean seed (3.3 s) against default's (5.2 and 5.3 s): n=1 claims nothing.
+        assert "Fastest to the target: adamw, median 3.3 s of training over 1 seeds" in md
+        assert "|                        3.30 |" in md  # adamw's time: the clean seed's only

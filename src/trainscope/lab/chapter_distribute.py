@@ -21,12 +21,12 @@ from trainscope.reports.section import Section
 from trainscope.reports.stats import compare_text, fmt_spread
 from trainscope.reports.stragglers import straggler_section
 from trainscope.reports.tables import Table
-from trainscope.util.spread import Spread, spread
+from trainscope.util.spread import MIN_N_TO_CLAIM, Spread, spread
 
 WORKLOAD = "trainscope.lab.straggler:slow_rank"
 DELAY_MS = "1"
 """Per sample on rank 1: about 4 ms per step at its 4 samples (of a global batch of 8)."""
-SCALING = {True: ("--nproc", "1,2", "--repeats", "2"), False: ("--repeats", "5")}
+SCALING = {True: ("--nproc", "1,2", "--repeats", str(MIN_N_TO_CLAIM)), False: ("--repeats", "5")}
 STRAGGLER = {True: ("40", 3), False: ("100", 5)}
 """Steps per straggler run and repeats of each, under --quick (True) and not."""
 CONFIGS = (("even", "0"), ("slow-rank-1", DELAY_MS))

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainscope.errors import ConfigError
+from trainscope.util.spread import MIN_N_TO_CLAIM
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,10 @@ _SHAKESPEARE = ("--data-dir", "{data}/tinyshakespeare")
 _MINILM = ("--data-dir", "{data}/sst2", "--pretrained", "{data}/minilm-l6", "--max-length",
            "64")  # fmt: skip
 
+# A comparison claims a difference only from 3 repeats of each side (util.spread): fewer
+# would leave every quick chapter saying "too few repeats to conclude".
+_QUICK_N = str(MIN_N_TO_CLAIM)
+
 CHAPTERS: tuple[Chapter, ...] = (
     Chapter(1, "distribute", "Why distribute, and what it costs",
             "What does a second process buy, what does it cost, how far does it go, and what "
@@ -65,12 +70,12 @@ CHAPTERS: tuple[Chapter, ...] = (
     Chapter(2, "precision", "How mixed precision saves memory and time",
             "What do fp32, tf32, fp16 and bf16 cost per step and in memory, and do they "
             "train to the same loss?", "precision",
-            quick=("--repeats", "2", "--set", "train.epochs=3"),
+            quick=("--repeats", _QUICK_N, "--set", "train.epochs=3"),
             full=("--repeats", "3")),
     Chapter(3, "checkpointing", "Activation checkpointing",
             "How much activation memory does recomputation save, and what does it cost in "
             "time?", "checkpointing",
-            quick=("--repeats", "2", "--set", "train.max_steps_per_epoch=12", *_SHAKESPEARE),
+            quick=("--repeats", _QUICK_N, "--set", "train.max_steps_per_epoch=12", *_SHAKESPEARE),
             full=("--repeats", "3", *_SHAKESPEARE), data=("tinyshakespeare",)),
     Chapter(4, "dp-ddp", "DataParallel vs DistributedDataParallel",
             "What changes in the code from one process to DataParallel and to "
@@ -79,7 +84,7 @@ CHAPTERS: tuple[Chapter, ...] = (
             "What does num_workers=0 mean, and where do more workers stop helping?",
             "loader",
             quick=("--workers", "0,1,2", "--sweep-epochs", "1", "--iter-workers", "0,2",
-                   "--repeats", "2"),
+                   "--repeats", _QUICK_N),
             full=("--repeats", "3")),
     Chapter(6, "time", "Where a training run's time goes",
             "Which stage of a step takes the time, and what to do about it? (MNIST with "
@@ -90,7 +95,7 @@ CHAPTERS: tuple[Chapter, ...] = (
             "memory and time", "precision",
             quick=("--precisions", "fp32,fp16,bf16", "--workload", "gpt-char", *_SHAKESPEARE,
                    "--preset", "tiny", "--epochs", "2", "--max-steps-per-epoch", "40",
-                   "--repeats", "2"),
+                   "--repeats", _QUICK_N),
             full=("--precisions", "fp32,fp16,bf16", "--workload", "gpt-char", *_SHAKESPEARE,
                   "--preset", "tiny", "--epochs", "3", "--max-steps-per-epoch", "200",
                   "--repeats", "3"),
@@ -99,7 +104,7 @@ CHAPTERS: tuple[Chapter, ...] = (
             "What does training only low-rank adapters of a pretrained MiniLM-L6 on SST-2 "
             "save, and what does it cost?", "finetune",
             quick=(*_MINILM, "--epochs", "2", "--max-steps-per-epoch", "8", "--warmup-steps",
-                   "4", "--repeats", "2", "--no-warmup"),
+                   "4", "--repeats", _QUICK_N, "--no-warmup"),
             full=(*_MINILM, "--epochs", "3", "--max-steps-per-epoch", "30", "--warmup-steps",
                   "12", "--repeats", "3"),
             data=("sst2", "minilm-l6")),
@@ -107,7 +112,7 @@ CHAPTERS: tuple[Chapter, ...] = (
             "Gather-scatter, all-reduce, buckets, DDP: which is fastest, and why?",
             "strategies",
             quick=("--strategies", "single,ddp,gather-scatter,allreduce,allreduce-bucketed",
-                   "--repeats", "2"),
+                   "--repeats", _QUICK_N),
             full=("--repeats", "3"), fit=True),
     Chapter(10, "collectives", "The collectives",
             "What does each collective compute, and how fast is it here?", "collectives",

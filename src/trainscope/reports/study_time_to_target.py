@@ -16,6 +16,7 @@ from trainscope.reports.section import Section
 from trainscope.reports.stats import SPREAD_NOTE, fmt_spread
 from trainscope.reports.study_plots import write_figure
 from trainscope.reports.tables import Table, fmt_float
+from trainscope.util.load import load_of, loaded, not_a_finding
 from trainscope.util.spread import Spread, differ, spread
 from trainscope.util.textsafe import plot_text
 
@@ -35,6 +36,12 @@ def _outcome_text(rec: RunRecord | None, planned: PlannedRun) -> str:
         return "no record"
     if rec.summary.get("status") != "completed":
         return f"{rec.summary.get('status')}: {rec.summary.get('error') or 'no error text'}"
+    if loaded(rec.summary):
+        return f"measured under other load ({load_of([rec.summary])} busy): " + _met(rec)
+    return _met(rec)
+
+
+def _met(rec: RunRecord) -> str:
     t = _target(rec)
     if t.get("reached"):
         proc = t.get("process_time_s")
@@ -75,10 +82,11 @@ def final_stats(study: StudyRecord) -> dict[str, dict[str, Any]]:
     for r in study.plan.runs:
         if r.group != "final":
             continue
-        entry = out.setdefault(r.config, {"flags": r.labels.get("flags"), "runs": []})
+        entry = out.setdefault(r.config, {"flags": r.labels.get("flags"), "runs": [],
+                                          "loaded": []})  # fmt: skip
         rec = study.completed(r)
-        if rec is not None:
-            entry["runs"].append(rec)
+        if rec is not None:  # a seed measured under other load is evidence of nothing
+            entry["loaded" if loaded(rec.summary) else "runs"].append(rec)
         entry["planned"] = entry.get("planned", 0) + 1
     for entry in out.values():
         met = [_target(rec) for rec in entry["runs"] if _target(rec).get("reached")]
@@ -91,10 +99,11 @@ def final_stats(study: StudyRecord) -> dict[str, dict[str, Any]]:
 
 
 def _met_text(entry: dict[str, Any]) -> str:
-    return f"{entry['met']} of {len(entry['runs'])}" + (
-        f" ({entry['planned'] - len(entry['runs'])} did not complete)"
-        if entry["planned"] > len(entry["runs"]) else ""
-    )  # fmt: skip
+    done = len(entry["runs"]) + len(entry["loaded"])
+    notes = [f"{entry['planned'] - done} did not complete"] if entry["planned"] > done else []
+    if entry["loaded"]:
+        notes.append(f"{len(entry['loaded'])} measured under other load, left out")
+    return f"{entry['met']} of {len(entry['runs'])}" + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def finals_table(stats: dict[str, dict[str, Any]]) -> Table:
@@ -120,9 +129,16 @@ def finals_table(stats: dict[str, dict[str, Any]]) -> Table:
 def findings(stats: dict[str, dict[str, Any]]) -> tuple[str | None, list[str]]:
     """The winner (the fastest median training time among recipes every seed of which met
     the target) and sentences against ``default``, claiming only beyond the noise."""
+    blind = [not_a_finding(f"all {len(e['loaded'])} seed(s) of {n}",
+                           [r.summary for r in e["loaded"]])
+             for n, e in stats.items() if e["loaded"] and not e["runs"]]  # fmt: skip
     full = {n: e for n, e in stats.items() if e["runs"] and e["met"] == len(e["runs"])}
     if not full:
-        return None, ["No finalist met the target on every seed within the time limit."]
+        return None, [*blind, "No finalist met the target on every seed within the time "
+                      "limit" + (" measured without other load." if blind else ".")]  # fmt: skip
+    if blind:  # no winner among the rest: the loaded recipe might have been faster
+        return None, [*blind, "No winner is named: a finalist measured only under load "
+                      "might have been the fastest."]  # fmt: skip
     winner = min(full, key=lambda n: full[n]["train"].median or float("inf"))
     out = [f"Fastest to the target: {winner}, median {fmt_float(full[winner]['train'].median, 1)} "
            f"s of training over {full[winner]['train'].n} seeds."]  # fmt: skip
