@@ -195,6 +195,19 @@ def test_dp_ddp_chapter_runs_the_example_scripts_and_shows_their_diffs(
     assert _mtimes(folder) == stamps
 
 
+@pytest.mark.timeout(120)
+def test_memory_chapter_estimates_gpt2_xl_without_any_data(tmp_path: Path) -> None:
+    """GPT-2 XL's estimate needs no data: chapter 11 is written without --data, and says
+    that the small GPT measured beside it needs Tiny Shakespeare."""
+    out = tmp_path / "lab"
+    assert _lab(out, "11")["11"]["status"] == "measured"
+    answer = _short_answer(out, 11)
+    assert "Estimate: GPT-2 XL's 1,557,611,200 parameters" in answer
+    assert "Measured here" not in answer
+    md = (out / "report" / "report.md").read_text()
+    assert "needs tinyshakespeare/ under --data: not measured in this lab" in md
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_memory_chapter_estimates_gpt2_xl_and_measures_a_small_gpt(data_lab: Path) -> None:

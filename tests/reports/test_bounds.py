@@ -74,6 +74,19 @@ def test_a_plausible_speed_up_is_still_stated(tmp_path: Path) -> None:
     assert "speed-up 1.77x, efficiency 89%" in finding, finding
 
 
+def test_the_scaling_study_draws_its_speed_up(tmp_path: Path) -> None:
+    """Chapter 1 of the lab shows the scaling study: its speed-up figure, ideal line
+    beside it, is in the report (PNG and SVG) and in its Markdown."""
+    _strong_report(tmp_path, [30, 31, 32], [17, 17.5, 18])
+    plots = tmp_path / "study" / "report" / "plots"
+    assert (plots / "scaling_speedup.png").stat().st_size > 0
+    assert (plots / "scaling_speedup.svg").is_file()
+    svg = (plots / "scaling_speedup.svg").read_text()
+    assert "ideal (speed-up = processes)" in svg and "strong scaling" in svg
+    md = (tmp_path / "study" / "report" / "report.md").read_text()
+    assert "![measured speed-up against processes](plots/scaling_speedup.png)" in md
+
+
 def _loader_report(tmp_path: Path, per_epoch: dict[str, list[float]]) -> Any:
     from trainscope.studies import loader
 

@@ -50,6 +50,10 @@ class MakeContext:
     commands: list[str] = field(default_factory=list)
     """The command lines it ran (or found done), for the chapter's "Reproduce"."""
 
+    def has(self, name: str) -> bool:
+        """Whether ``--data`` holds the folder ``name`` (for a chapter's optional part)."""
+        return self.data_root is not None and (Path(self.data_root) / name).is_dir()
+
     def data(self, name: str) -> str:
         """The folder ``name`` under ``--data`` (the runner checked that it exists)."""
         return f"{str(self.data_root).rstrip('/')}/{name}"

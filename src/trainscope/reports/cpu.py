@@ -12,6 +12,7 @@ from typing import Any
 
 from trainscope.util.load import LOADED_OTHER_CORES, load_of, not_a_finding
 from trainscope.util.load import loaded as is_loaded
+from trainscope.util.numfmt import cores_text
 
 
 def _num(x: Any) -> bool:
@@ -29,7 +30,7 @@ def threads_text(cpu: dict[str, Any]) -> str | None:
     threads, procs, cores = (cpu.get(k) for k in ("threads", "processes_on_node", "cores"))
     if not (_num(threads) and _num(procs) and _num(cores)):
         return None
-    return f"{threads:g} x {procs:g} process{'es' * (procs != 1)} on {cores:g} cores"
+    return f"{threads:g} x {procs:g} process{'es' * (procs != 1)} on {cores_text(cores)}"
 
 
 def cpu_rows(summary: dict[str, Any]) -> list[list[object]]:
@@ -84,7 +85,7 @@ def study_cpu_lines(study: Any) -> list[str]:
     budget = study.plan.options.get("core_budget")
     if _num(budget):
         lines.append(
-            f"Core budget: {budget:g} cores per configuration, shared out as intra-op "
+            f"Core budget: {cores_text(budget)} per configuration, shared out as intra-op "
             "threads x processes and set explicitly for every run, so that timings compare "
             "like with like (--threads sets it; auto: the cores this machine lets a process use)."
         )

@@ -22,6 +22,7 @@ from trainscope.reports.stats import (
 )
 from trainscope.reports.study_plots import per_iteration_plot, workers_sweep_plot
 from trainscope.reports.tables import Table, fmt_pct, fmt_rate
+from trainscope.util.numfmt import cores_text
 from trainscope.util.spread import (
     MIN_N_TO_CLAIM,
     Spread,
@@ -177,7 +178,7 @@ def _fastest_text(
     bound = _bound(cfg, cores)
     floor = beyond(base, sp, bound) if bound is not None and best != "w0" else None
     if floor is not None and bound is not None:
-        why = f"{_setting(cfg)}" + (f" on {cores:g} cores" if cores else "") + " can give"
+        why = f"{_setting(cfg)}" + (f" on {cores_text(cores)}" if cores else "") + " can give"
         return (
             f"{_setting(cfg)} vs num_workers=0: "
             + invalid_text("the speed-up", floor, bound, why)

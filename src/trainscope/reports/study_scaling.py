@@ -11,9 +11,12 @@ from trainscope.comm.scaling import DEVICES, project
 from trainscope.records.study_dir import StudyRecord
 from trainscope.reports.bounds import beyond, cores_bound, invalid_text, recorded_cores
 from trainscope.reports.document import Document, escape_inline
+from trainscope.reports.plots import new_figure
 from trainscope.reports.section import Section
 from trainscope.reports.stats import MISSING, SPREAD_NOTE, fmt_spread, step_ms
+from trainscope.reports.study_plots import write_figure
 from trainscope.reports.tables import Table
+from trainscope.util.numfmt import cores_text
 from trainscope.util.spread import MIN_N_TO_CLAIM, Spread, differ, spread
 
 FIXED_STAGES = ("setup", "compile", "evaluation", "checkpoint", "other")
@@ -45,7 +48,7 @@ def _bound_broken(mode: str, n: int, base: Spread, st: Spread, cores: float | No
         return None if floor is None else invalid_text("the per-process speed", floor, 1.0, why)
     bound = cores_bound(n, cores)
     floor = beyond(base, st, bound)
-    why = f"{n} processes on {cores:g} cores can give" if cores else f"{n} processes can give"
+    why = f"{n} processes on {cores_text(cores)} can give" if cores else f"{n} processes can give"
     return None if floor is None else invalid_text("the speed-up", floor, bound, why)
 
 
@@ -151,6 +154,7 @@ def scaling_sections(study: StudyRecord, doc: Document, plots: Path) -> Section:
     section = Section()
     doc.heading("Scaling", 2)
     strategy = escape_inline(str(study.plan.options.get("strategy")))
+    drawn: dict[str, tuple[dict[int, Spread], set[int]]] = {}
     for mode in study.plan.options.get("modes") or []:
         doc.heading(f"{mode.capitalize()} scaling ({strategy})", 3)
         rows, steps, summaries, over, invalid = _mode_rows(study, mode)
@@ -174,7 +178,49 @@ def scaling_sections(study: StudyRecord, doc: Document, plots: Path) -> Section:
             section.findings.append(text)
             doc.paragraph(escape_inline(text))
         _projection(doc, section, study, mode, steps, summaries)
+        drawn[mode] = (steps, over | set(invalid))
+    _speedup_figure(drawn, doc, plots)
     return section
+
+
+def _speedup_figure(
+    drawn: dict[str, tuple[dict[int, Spread], set[int]]], doc: Document, plots: Path
+) -> None:
+    """Measured speed-up against processes, per mode, beside the ideal line. The bars
+    span the speed-up at either end of the step's spread; a count whose speed-up is
+    invalid (a physical bound broken) or over the core budget is drawn hollow."""
+    points = {m: (st, bad) for m, (st, bad) in drawn.items() if 1 in st and st[1].median}
+    if not points or all(len(st) < 2 for st, _ in points.values()):
+        return
+    fig = new_figure(6.0, 4.0)
+    ax = fig.add_subplot()
+    top = max(max(st) for st, _ in points.values())
+    ax.plot([1, top], [1, top], color="black", ls="--", lw=1, label="ideal (speed-up = processes)")
+    for i, (mode, (steps, bad)) in enumerate(points.items()):
+        base = steps[1].median
+        for n in sorted(steps):
+            st = steps[n]
+            if not (st.median and st.low and st.high and base):
+                continue
+            k = n if mode == "weak" else 1
+            y = base / st.median * k
+            err = [[y - base / st.high * k], [base / st.low * k - y]]
+            face = "none" if n in bad else f"C{i}"
+            ax.errorbar([n], [y], yerr=err, fmt="o", color=f"C{i}", mfc=face, capsize=3,
+                        label=f"{mode} scaling" if n == min(steps) else None)  # fmt: skip
+    ax.set_xlabel("processes")
+    ax.set_ylabel("speed-up over one process")
+    ax.set_xticks(sorted({n for st, _ in points.values() for n in st}))
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    files = write_figure(fig, plots / "scaling_speedup.png")
+    doc.figure(
+        files[0],
+        "measured speed-up against processes",
+        "Speed-up over one process from the median steady-state step (weak scaling: "
+        "samples per second); bars: the speed-up at either end of the step's spread; "
+        "hollow: invalid (a physical bound broken) or over the core budget, not a finding.",
+    )
 
 
 __all__ = ["fixed_share", "grad_bytes", "scaling_sections"]

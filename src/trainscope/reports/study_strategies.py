@@ -37,6 +37,7 @@ from trainscope.reports.study_bars import Bars, BarTexts, bar_figure
 from trainscope.reports.study_comm_model import comm_model_section
 from trainscope.reports.study_plots import write_figure
 from trainscope.reports.tables import Table, fmt_bytes, fmt_rate, fmt_sig
+from trainscope.util.numfmt import cores_text
 from trainscope.util.spread import Spread, differ, no_difference_text, spread
 from trainscope.util.textsafe import plot_text
 
@@ -279,7 +280,7 @@ def _ratios(
         procs = processes.get(a, 1)
         floor = beyond(sb, sa, cores_bound(procs, cores)) if b == "single" and procs > 1 else None
         if floor is not None:
-            why = f"{procs} processes" + (f" on {cores:g} cores" if cores else "") + " can give"
+            why = f"{procs} processes" + (f" on {cores_text(cores)}" if cores else "") + " can give"
             bad = invalid_text(
                 f"{a}'s speed over one process", floor, cores_bound(procs, cores), why
             )

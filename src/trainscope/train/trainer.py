@@ -28,6 +28,7 @@ from trainscope.profiling.system import peak_rss_bytes
 from trainscope.profiling.timer import ProgressTimer, device_sync, make_stage_timer
 from trainscope.records import RunWriter, atomic_write_json
 from trainscope.records.steady_state import steady_state
+from trainscope.runtime.captured import import_log
 from trainscope.runtime.device import seed_everything
 from trainscope.runtime.dist import DistInfo
 from trainscope.strategies.base import Strategy, grad_layout
@@ -54,6 +55,9 @@ from trainscope.train.target import StepEvaluations, check_splits
 from trainscope.workloads import build_workload
 from trainscope.workloads.base import example_inputs
 
+IMPORT_LOG = "imports.log"
+"""What third-party libraries printed while the workload imported them
+(trainscope.runtime.captured)."""
 NO_VALIDATION = "no validation data: the workload has no validation split (or it is empty)"
 AFTER_WALL_NOT_TIMED = (
     "stopping the system sampler, writing summary.json, tracking uploads and the interpreter's exit"
@@ -159,7 +163,13 @@ class Trainer:
         """Data, model, optimizer, loaders and timer; the workload's facts into the record."""
         cfg, ctx = self.cfg, self.ctx
         seed_everything(cfg.train.seed)
-        workload = self.workload = build_workload(cfg.workload, cache_dir())
+        with import_log(self.writer.run_dir / IMPORT_LOG) as chatter:
+            workload = self.workload = build_workload(cfg.workload, cache_dir())
+        if chatter.lines:  # in the record and the report; never on the console
+            self.record.note(
+                f"{chatter.lines} line(s) third-party libraries printed while "
+                f"being imported are in {IMPORT_LOG} (the first: {chatter.first})"
+            )
         for note in workload.notes:  # e.g. a pretrained model's new head
             self._note(note)
         self._build_state()

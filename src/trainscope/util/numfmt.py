@@ -33,7 +33,7 @@ def fmt_sig(x: Any, digits: int = 3, *, trim: bool = False) -> str:
     return text.rstrip("0").rstrip(".") if trim and "." in text else text
 
 
-__all__ = ["MISSING", "fmt_sig", "size_text"]
+__all__ = ["MISSING", "cores_text", "fmt_sig", "size_text"]
 
 
 # Binary units, as bandwidth.parse_size reads them (1K = 1024).
@@ -61,3 +61,10 @@ def size_text(size: Any) -> str:
         if size >= scale and size % scale == 0:
             return f"{size // scale}{unit}"
     return str(size)
+
+
+def cores_text(n: Any) -> str:
+    """``"1 core"``, ``"2 cores"``, ``"1.5 cores"``: a count of cores with its noun."""
+    if not isinstance(n, (int, float)) or isinstance(n, bool) or not math.isfinite(n):
+        return f"{MISSING} cores"
+    return f"{n:g} core" + ("" if n == 1 else "s")

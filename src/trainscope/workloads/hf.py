@@ -18,12 +18,13 @@ import torch
 from torch import nn
 
 from trainscope.errors import ConfigError
+from trainscope.runtime.captured import quiet_import
 
 
 def require_transformers(who: str) -> Any:
     """``transformers``, or one line saying how to install it."""
     try:
-        return importlib.import_module("transformers")
+        return quiet_import("transformers")  # its import chatter: to the run's log
     except ImportError:
         raise ConfigError(f"{who} needs 'transformers': pip install 'trainscope[text]'") from None
 

@@ -16,7 +16,6 @@ imported only when this workload is built.
 
 from __future__ import annotations
 
-import importlib
 import json
 import warnings
 from collections.abc import Mapping
@@ -39,6 +38,7 @@ from trainscope.data.glue import (
     train_wordpiece,
 )
 from trainscope.errors import ConfigError, DataError
+from trainscope.runtime.captured import quiet_import
 from trainscope.workloads.base import Workload
 from trainscope.workloads.encoder_split import ENCODER_TP_PLAN, EncoderSplit
 from trainscope.workloads.hf import HEAD_NAMES, HFModel, first_line, from_pretrained
@@ -192,7 +192,7 @@ def parse_options(options: Mapping[str, Any]) -> TextClsOptions:
 def _require(module: str) -> Any:
     """Import an optional dependency of the ``text`` extra, or say how to install it."""
     try:
-        return importlib.import_module(module)
+        return quiet_import(module)  # torchao's and torch's import chatter: to the run's log
     except ImportError:
         raise ConfigError(
             f"workload text-cls needs the '{module}' package: pip install 'trainscope[text]'"
