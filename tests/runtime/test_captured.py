@@ -64,3 +64,22 @@ def test_a_quiet_import_leaves_no_log(tmp_path: Path) -> None:
         quiet_import("colorsys")
     assert captured.lines == 0 and not (tmp_path / "imports.log").exists()
     assert quiet_import("colorsys").__name__ == "colorsys"  # outside: a plain import
+
+
+def test_a_lazy_packages_heavy_part_is_imported_quietly_with_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """transformers loads modeling_utils (and through it torchao, which prints) only on
+    first use of an attribute: quiet_import loads such a part with the package."""
+    from trainscope.runtime import captured
+
+    pkg = tmp_path / "lazypkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "heavy.py").write_text("import os\nos.write(2, b'heavy: Failed to load x.so\\n')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(captured.LAZY_PARTS, "lazypkg", ("lazypkg.heavy",))
+    with captured.import_log(tmp_path / "imports.log") as log:
+        captured.quiet_import("lazypkg")
+    assert log.lines == 1 and log.first == "heavy: Failed to load x.so"
+    assert "lazypkg.heavy" in sys.modules

@@ -55,12 +55,23 @@ def import_log(path: Path) -> Iterator[Captured]:
         _count(captured)
 
 
+LAZY_PARTS: dict[str, tuple[str, ...]] = {"transformers": ("transformers.modeling_utils",)}
+"""Submodules a package loads only when an attribute is first used (transformers' lazy
+module): imported with it, since that first use (``AutoModel...``) is where torchao
+comes in and prints."""
+
+
 def quiet_import(name: str) -> ModuleType:
-    """``importlib.import_module(name)``, its output sent to the run's log inside
-    :func:`import_log` (a module imported already prints nothing more: imported as is)."""
-    if _target is None or name in sys.modules:
+    """``importlib.import_module(name)`` (and its :data:`LAZY_PARTS`), the output sent to
+    the run's log inside :func:`import_log` (modules imported already print nothing more:
+    imported as they are)."""
+    parts = (name, *LAZY_PARTS.get(name, ()))
+    if _target is None or all(p in sys.modules for p in parts):
         return importlib.import_module(name)
     with output_to(_target):
+        for part in parts[1:]:
+            with contextlib.suppress(ImportError):  # a release without it: nothing to load
+                importlib.import_module(part)
         return importlib.import_module(name)
 
 
