@@ -117,7 +117,8 @@ def _status_note(doc: Document, summary: dict[str, Any]) -> None:
     elif status != "completed":
         doc.note(f"**Run did not complete** (status: {escape_inline(str(status))}).")
     launch_error = summary.get("launch_error")
-    if launch_error and launch_error != error:  # what this rank saw was only the effect
+    # What this rank saw was only the effect; said once where its error already names it.
+    if launch_error and str(launch_error) not in str(error or ""):
         doc.note(f"What ended the launch: {escape_inline(str(launch_error))}")
     for crowded in (oversubscribed_note(summary), load_change_note(summary)):
         if crowded:  # before the timings it makes incomparable
