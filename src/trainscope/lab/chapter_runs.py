@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from trainscope import registry
+from trainscope.diagnosis.load_rule import RULE as LOAD_RULE
 from trainscope.errors import TrainscopeError
 from trainscope.lab.steps import MakeContext, read_json
 from trainscope.records.jsonio import read_json_object
@@ -64,8 +65,12 @@ def make_time(ctx: MakeContext) -> None:
     run = _profiled_run(prof)
     findings = ctx.folder / "doctor.json"
     ctx.run(["doctor", run, "--json"], skip=findings.is_file(), capture=findings)
-    if not any(f.get("fix") for f in _findings(findings)):
+    found = _findings(findings)
+    if not any(f.get("fix") for f in found):
         return  # nothing to re-measure: the section says so
+    if found[0].get("rule") == LOAD_RULE:  # the doctor would only wait, then refuse
+        ctx.say("  the profiled run was measured under other load: no fix re-measured")
+        return
     doctor = ctx.folder / "doctor"
     apply_steps, apply_repeats = APPLY[ctx.quick]
     ctx.run(["doctor", run, "--apply", "--steps", apply_steps, "--repeats", apply_repeats,
@@ -73,10 +78,12 @@ def make_time(ctx: MakeContext) -> None:
 
 
 def _profiled_run(prof: Path) -> str:
-    """The first measured run of the profile study (the doctor reads one run)."""
+    """The first measured run of the profile study (the doctor reads one run); where
+    other load contaminated every repeat, the first of them (the doctor then says so
+    first)."""
     study = load_study(prof)
     for c in study.configs():
-        runs = study.measured(c.config)
+        runs = study.measured(c.config) or study.repeats(c.config)
         if runs:
             return str(runs[0].path)
     raise TrainscopeError(f"{prof}: the profile study has no completed run")
@@ -121,6 +128,11 @@ def time_section(folder: Path, doc: Document, plots: Path) -> Section:
         text += f" Estimate: {top['estimated_gain']}."
     doc.paragraph(escape_inline(text))
     section.findings.append(text)
+    if top.get("rule") == LOAD_RULE:
+        text = ("No fix was re-measured: the profiled run was measured under other load, "
+                "and a re-measure beside that load would be no evidence either.")  # fmt: skip
+        doc.paragraph(text)
+        section.findings.append(text)
     if (folder / "doctor").is_dir():
         applied = study_part(folder / "doctor", doc, plots / "doctor")
         section.findings += applied.findings
