@@ -35,7 +35,7 @@ REPORT_FIGURES = (
     "checkpointing_frontier", "collectives_busbw",
     # Drawn only by versions with markers (never in a pre-marker folder), listed so
     # that the list stays every figure a report draws.
-    "finetune_loss", "precision_system", "time_to_target",
+    "finetune_loss", "precision_system", "time_to_target", "scaling_speedup",
 )  # fmt: skip
 _LEGACY_FIGURE_FILES = {f"{name}.{ext}" for name in REPORT_FIGURES for ext in ("png", "svg")}
 
