@@ -160,3 +160,27 @@ def test_a_changed_record_changes_the_chapter_that_links_it(
     summary.write_text(json.dumps(record))
     again = _chapter(_lab(out, study, root / "prec"), 5)
     assert "1.72x" in again and "1.63x" not in again
+
+
+def test_two_chapters_of_one_study_kind_label_their_tables_apart(
+    tmp_path: Path, lab_of_studies: Path
+) -> None:
+    """Chapters 2 and 7 both run a precision study: each of its tables is labelled by its
+    chapter, once in report.tex, tables.tex and report.html (pdflatex said "Label
+    `tab:precision' multiply defined" before)."""
+    prec = lab_of_studies / "prec"
+    out = tmp_path / "lab"
+    argv = ["lab", "--only", "2,7", "--out", str(out), "-q", "--from", str(prec)]
+    assert main([*argv, "--from", str(prec)]) == 0
+    report = out / "report"
+    for name, pattern in [
+        ("report.tex", r"\\label\{([^}]*)\}"),
+        ("tables.tex", r"\\label\{([^}]*)\}"),
+        ("report.html", r'<table id="([^"]*)"'),
+    ]:
+        labels = re.findall(pattern, (report / name).read_text(encoding="utf-8"))
+        assert len(labels) == len(set(labels)) and len(labels) > 2, (name, labels)
+        # HTML ids have "-" for ":".
+        for chapter in (2, 7):
+            tag = f"tab-ch{chapter}-precision"
+            assert any(lb.replace(":", "-").startswith(tag) for lb in labels), (name, labels)

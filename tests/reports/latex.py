@@ -119,7 +119,7 @@ def find_latex() -> str | None:
 
 
 # What a tables.tex needs where it does not say (compare.tex has no header comment).
-DEFAULT_PACKAGES = ("booktabs", "graphicx", "longtable")
+DEFAULT_PACKAGES = ("booktabs", "longtable")
 # Problems a log reports that do not stop LaTeX: a box wider (or taller) than its line
 # (page) or a float taller than the page. Errors stop it (-halt-on-error).
 _FIT = re.compile(r"^(Overfull \\[hv]box.*|.*Float too large for page.*)$", re.MULTILINE)
@@ -143,10 +143,11 @@ def fit_problems(log: str) -> list[str]:
     return [m.group(0).strip() for m in _FIT.finditer(log)]
 
 
-def compile_latex(tex: str, tmp_path: Path, *, fit: bool = True) -> str:
+def compile_latex(tex: str, tmp_path: Path, *, fit: bool = True, preamble: str = "") -> str:
     """Compile ``tex`` (tables, as in tables.tex) inside a minimal document and return
     its log: ``\\documentclass{article}`` at its default size and text width, with the
-    packages the file's header asks for (:func:`needed_packages`) and nothing else.
+    packages the file's header asks for (:func:`needed_packages`) and nothing else but
+    ``preamble`` (a geometry that sets another text width).
 
     Skips the calling test when neither latexmk nor pdflatex is on PATH; fails it with
     the end of the LaTeX log when compilation fails, and (``fit``) when the log reports
@@ -160,7 +161,7 @@ def compile_latex(tex: str, tmp_path: Path, *, fit: bool = True) -> str:
     (work / "tables.tex").write_text(tex, encoding="utf-8")
     packages = "".join(f"\\usepackage{{{p}}}\n" for p in needed_packages(tex))
     (work / "doc.tex").write_text(
-        f"\\documentclass{{article}}\n\\usepackage[T1]{{fontenc}}\n{packages}"
+        f"\\documentclass{{article}}\n\\usepackage[T1]{{fontenc}}\n{packages}{preamble}"
         "\\begin{document}\n\\input{tables.tex}\n\\end{document}\n",
         encoding="utf-8",
     )

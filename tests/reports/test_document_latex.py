@@ -197,3 +197,60 @@ def test_every_character_compiles(tmp_path: Path) -> None:
     assert r"\textbackslash{}x1b" in source
     log = (tmp_path / "report.log").read_text(encoding="utf-8", errors="replace")
     assert fit_problems(log) == [], "\n".join(fit_problems(log))
+
+
+# Seven columns of long headers over short numbers: wider than the default article's line
+# (345pt) in the normal size, narrower than the report's (455pt).
+MEDIUM = Table(
+    ["Configuration", "Delay per sample (ms)", "Step time (ms)", "Data wait (ms)",
+     "Backward (ms)", "Samples per second", "Peak memory"],
+    [["slow-rank-1", "1", "7.11", "4.55", "6.01", "1,234", "333.8 MiB"]],
+    "A table of the report.",
+    "tab:medium",
+)  # fmt: skip
+
+
+def test_tables_stand_between_paragraphs_at_a_readable_size() -> None:
+    """A table stands where it is in the text ([H], the float package), so that no
+    paragraph is broken around it; sized to the report's line, never scaled."""
+    doc = Document("t")
+    doc.paragraph("Before the table, a whole paragraph.")
+    doc.table(MEDIUM)
+    doc.paragraph("After the table, another.")
+    tex = document_to_latex(doc, Path("."))
+    assert "\\usepackage{float}" in tex and "\\begin{table}[H]" in tex
+    assert "[ht]" not in tex and "\\resizebox" not in tex
+    table = body(tex).split("\\begin{table}[H]", 1)[1].split("\\end{table}", 1)[0]
+    # On the report's line: the normal size and column gap, its headers in two lines.
+    assert not re.search(r"\\(small|footnotesize|scriptsize|tiny|setlength)\b", table)
+    assert "\\parbox[b]{45.2pt}{\\raggedleft Step\\\\time (ms)}" in table
+    # In a tables.tex (the default article's narrower line) it is set closer.
+    assert "\\setlength{\\tabcolsep}{3pt}" in MEDIUM.to_latex()
+    order = [body(tex).index(s) for s in ("Before the", "\\begin{table}[H]", "After the")]
+    assert order == sorted(order)
+
+
+def test_labels_are_unique_in_the_document() -> None:
+    doc = Document("t")
+    for _ in range(3):
+        doc.table(Table(["a", "b"], [["x", "1"]], "Same study twice.", "tab:precision"))
+    tex, html = document_to_latex(doc, Path(".")), doc.to_html()
+    labels = re.findall(r"\\label\{([^}]*)\}", tex)
+    assert labels == ["tab:precision", "tab:precision-2", "tab:precision-3"]
+    assert re.findall(r'<table id="([^"]*)"', html) == [
+        "tab-precision",
+        "tab-precision-2",
+        "tab-precision-3",
+    ]
+
+
+@pytest.mark.slow
+def test_no_label_is_multiply_defined(tmp_path: Path) -> None:
+    need_pdflatex()
+    doc = Document("t")
+    for _ in range(2):
+        doc.paragraph("A chapter of the precision study.")
+        doc.table(MEDIUM)
+    write_latex_document(doc, tmp_path)
+    log = (tmp_path / "report.log").read_text(encoding="utf-8", errors="replace")
+    assert "multiply defined" not in log and fit_problems(log) == []

@@ -79,13 +79,14 @@ def test_study_tables_are_whole_when_piped(
     tmp_path: Path, piped: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`study precision ... > prec.log`: headers ("Final train loss", "Train time (s)")
-    and cells ("1.1234") whole, as the run's own summary tables already were."""
+    and cells ("1.12", the loss 1.1234 at three significant digits) whole, as the run's
+    own summary tables already were."""
     report = _precision_report(tmp_path)
     capsys.readouterr()
     print_study_report(report)
     err = capsys.readouterr().err
     _whole(err, [t for t in report.tables.values() if t.rows])
-    assert "Final train loss" in err and "1.1234" in err
+    assert "Final train loss" in err and "1.12" in err and "1.1234" not in err
     for finding in report.findings:  # findings stay on one line each, never folded
         assert f"• {finding}" in err.splitlines()
 

@@ -245,11 +245,13 @@ def test_a_regression_precision_study_shows_mse_and_r2_and_compares_mse(
     assert table.columns[4:6] == QUALITY_HEADERS["regression"]
     assert "Test acc" not in table.columns and "Final val acc" not in table.columns
     rows = {r[0]: r for r in table.cells()}
-    assert rows["fp32"][4:6] == ["0.5100 (0.5000–0.5200)", "0.4900 (0.4800–0.5000)"]
-    assert rows["bf16"][4:6] == ["0.6300 (0.6200–0.6400)", "0.3700 (0.3600–0.3800)"]
+    # Measured figures at three significant digits (the README's rule), whatever the
+    # column's own formatter writes.
+    assert rows["fp32"][4:6] == ["0.510 (0.500–0.520)", "0.490 (0.480–0.500)"]
+    assert rows["bf16"][4:6] == ["0.630 (0.620–0.640)", "0.370 (0.360–0.380)"]
     assert "mean squared error" in table.caption
     (finding,) = [f for f in report.findings if f.startswith("bf16 vs fp32")]
-    assert "test MSE +23.5% (0.6300 vs 0.5100, n=3 and 3)" in finding
+    assert "test MSE +23.5% (0.630 vs 0.510, n=3 and 3)" in finding
     assert "accuracy" not in finding
 
 
@@ -263,8 +265,8 @@ def test_a_language_model_precision_study_shows_val_loss_and_perplexity(tmp_path
     table = report.tables["precision"]
     assert table.columns[4:6] == QUALITY_HEADERS["language-modelling"]
     rows = {r[0]: r for r in table.cells()}
-    assert rows["fp32"][4] == "1.5200 (1.5000–1.5400)"
-    assert rows["fp32"][5] == f"{math.exp(1.52):.3f} ({math.exp(1.50):.3f}–{math.exp(1.54):.3f})"
+    assert rows["fp32"][4] == "1.52 (1.50–1.54)"
+    assert rows["fp32"][5] == "4.57 (4.48–4.66)"  # exp(1.52), exp(1.50), exp(1.54)
     (finding,) = [f for f in report.findings if f.startswith("bf16 vs fp32")]
     assert "final val perplexity: no measurable difference at n=3" in finding
     assert "accuracy" not in finding
@@ -273,9 +275,9 @@ def test_a_language_model_precision_study_shows_val_loss_and_perplexity(tmp_path
 @pytest.mark.parametrize(
     ("rep", "header", "cell"),
     [
-        ({"test_accuracy": 0.95, "epochs": [{"val_accuracy": 0.94}]}, "Test acc", "95.00%"),
-        (regression_rep(0.5, 0.5, record_task=False), "Test MSE", "0.5000"),
-        (lm_rep(1.5), "Val perplexity", f"{math.exp(1.5):.3f}"),
+        ({"test_accuracy": 0.95, "epochs": [{"val_accuracy": 0.94}]}, "Test acc", "95.0%"),
+        (regression_rep(0.5, 0.5, record_task=False), "Test MSE", "0.500"),
+        (lm_rep(1.5), "Val perplexity", "4.48"),  # exp(1.5), three significant digits
     ],
     ids=list(QUALITY_HEADERS),
 )

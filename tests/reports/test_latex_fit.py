@@ -3,8 +3,10 @@
 Every table here is compiled with pdflatex (skipped where it is missing) at the default
 article size, with the packages its file's header names (booktabs, graphicx and
 longtable for a bare table), and the log must show no overfull box and no float too
-large for its page: wide tables are scaled down to the text width, long ones are
-longtables that break across pages with their header repeated. Those compiles are
+large for its page: nothing is scaled (scaled print is too small to read), wide tables
+are set smaller (\\footnotesize at the least), their headers stacked, their columns
+closer or wrapped, or split into parts; long ones are longtables that break across pages
+with their header repeated. Those compiles are
 ``slow`` (about a second each), and so are the reports built here to be compiled; each
 table's own LaTeX is also checked without compiling it (``lint``), in the quick tier.
 """
@@ -40,7 +42,7 @@ pytestmark = pytest.mark.usefixtures("cheap_figures")
 
 LONG_NAME = "lr_0.0003_wd_0.01_warmup_500_cosine_bs_256_seed_1234567"
 # What a tables.tex needs, all in TeX Live's latex-base and latex-recommended.
-PACKAGES = ["booktabs", "graphicx", "longtable"]
+PACKAGES = ["booktabs", "longtable"]
 # Tables of more rows than this are longtables.
 LONG_TABLE_ROWS = 40
 
@@ -67,13 +69,88 @@ def wide_table(rows: int) -> Table:
     return Table(columns, body, "A wide table: 1.45x the text width and more.", "tab:wide")
 
 
+# What sets a table's size: the three font sizes a table may use, and scaling commands.
+SIZE_COMMANDS = re.compile(r"\\(tiny|scriptsize|footnotesize|small|normalsize|large)\b")
+SCALING = re.compile(r"\\(resizebox|scalebox|adjustbox)\b")
+
+
+def smallest_size(tex: str) -> str:
+    """The smallest font size command in ``tex`` ("normalsize" where it sets none)."""
+    order = ["tiny", "scriptsize", "footnotesize", "small", "normalsize", "large"]
+    found = SIZE_COMMANDS.findall(tex) or ["normalsize"]
+    return min(found, key=order.index)
+
+
 @COMPILED
-def test_wide_table_is_scaled_to_the_text_width(tmp_path: Path, compiled: bool) -> None:
+def test_wide_table_is_never_scaled_below_a_readable_size(tmp_path: Path, compiled: bool) -> None:
+    """1.45x the text width and more: set in \\footnotesize (80% of the text) at the
+    least and split into parts that fit, never scaled down to tiny print."""
     tex = wide_table(5).to_latex()
     assert latex_problems(tex) == []
-    assert "\\begin{table}" in tex and "\\resizebox{" in tex
+    assert SCALING.search(tex) is None
+    assert smallest_size(tex) == "footnotesize"
+    parts = tex.count("\\begin{table}")
+    assert parts > 1 and tex.count("\\label{tab:wide}") == 1
+    assert f"(part {parts} of {parts})" in tex
+    # The caption once; the next parts say they continue it.
+    assert tex.count("A wide table") == 1
+    assert f"\\caption{{The table above, continued (part 2 of {parts})}}" in tex
     if compiled:
         compile_latex(tex, tmp_path)  # no overfull box
+
+
+# The lab's table of one slow rank (quick lab, chapter 1): long headers over short
+# numbers, scaled to 70% of the text's size in report.pdf before.
+SLOW_RANK = Table(
+    ["Config", "Delay per sample on rank 1 (ms)", "n", "Step (ms)", "Rank 1 data wait (ms)",
+     "Rank 0 data wait (ms)", "Rank 0 backward (ms)"],
+    [["even", "0", "3", "2.60 (2.44–2.62)", "0.136 (0.131–0.141)", "0.137 (0.135–0.137)",
+      "1.55 (1.38–1.55)"],
+     ["slow-rank-1", "1", "3", "7.11 (6.86–7.16)", "4.55 (4.55–4.56)", "0.136 (0.131–0.142)",
+      "6.01 (5.83–6.09)"]],
+    "DDP on 2 processes of 1 thread, alternated.",
+    "tab:slow-rank",
+    "lrrrrrr",
+)  # fmt: skip
+# report.pdf's line (A4 less 2.5cm margins, 455pt), in em of its 10pt text.
+REPORT_LINE_EM = 45.5
+
+
+@COMPILED
+def test_long_headers_are_stacked_over_their_columns(tmp_path: Path, compiled: bool) -> None:
+    """Headers wider than their numbers are stacked in lines over them: on the report's
+    line the table stays whole, in \\small; on the default article's narrower line it
+    is split rather than set below \\footnotesize."""
+    tex = SLOW_RANK.to_latex(line_em=REPORT_LINE_EM)
+    assert latex_problems(tex) == []
+    assert SCALING.search(tex) is None and tex.count("\\begin{table}") == 1
+    assert smallest_size(tex) == "small"
+    assert "\\parbox[b]{50.1pt}{\\raggedleft Delay per\\\\sample on\\\\rank 1 (ms)}" in tex
+    narrow = SLOW_RANK.to_latex()
+    assert SCALING.search(narrow) is None and smallest_size(narrow) == "footnotesize"
+    if compiled:
+        log = compile_latex(narrow, tmp_path / "narrow")
+        assert "Overfull" not in log
+        # The report's line, as geometry sets it.
+        wide = "\\usepackage[a4paper,margin=2.5cm]{geometry}\n"
+        compile_latex(tex, tmp_path / "wide", preamble=wide)
+
+
+@COMPILED
+def test_wrapped_numbers_stay_right_aligned(tmp_path: Path, compiled: bool) -> None:
+    """Seven columns of spreads too wide for a line even in \\footnotesize: wrapped
+    before each range (the range whole), still right-aligned."""
+    spread = "291.0 KiB (all equal)"
+    rows = [[f"config-{i}", *[spread] * 6] for i in range(3)]
+    heads = ["Config", *(f"Figure {j}" for j in range(6))]
+    table = Table(heads, rows, "Spreads.", "tab:sp", align="l" + "r" * 6)
+    tex = table.to_latex()
+    assert latex_problems(tex) == []
+    assert SCALING.search(tex) is None and smallest_size(tex) == "footnotesize"
+    assert tex.count("\\begin{table}") == 1
+    assert "\\hspace*{\\fill}291.0 KiB\\newline \\hspace*{\\fill}(all equal)" in tex
+    if compiled:
+        compile_latex(tex, tmp_path)
 
 
 @COMPILED
@@ -114,12 +191,7 @@ def test_long_table_wraps_a_cell_wider_than_the_page(tmp_path: Path, compiled: b
 @COMPILED
 def test_a_short_narrow_table_stays_a_plain_float(tmp_path: Path, compiled: bool) -> None:
     tex = Table(["Stage", "Seconds"], [["forward", "0.900"]], "Stages.", "tab:s").to_latex()
-    assert tex.splitlines()[:3] == [
-        "\\begin{table}[ht]",
-        "\\centering",
-        "\\resizebox{\\ifdim\\width>\\linewidth\\linewidth\\else\\width\\fi}{!}"
-        "{\\begin{tabular}{lr}",
-    ]
+    assert tex.splitlines()[:3] == ["\\begin{table}[ht]", "\\centering", "\\begin{tabular}{lr}"]
     if compiled:
         compile_latex(tex, tmp_path)
 
@@ -224,12 +296,12 @@ CHARS = [c for c in string.printable if c not in "\t\n\r\x0b\x0c "] + list("–�
 def test_width_estimate_is_never_below_the_real_width(tmp_path: Path, encoding: str) -> None:
     """Every glyph, in every size a longtable may use, is at most as wide as estimated:
     measured by TeX in Computer Modern (OT1) and its T1 version."""
-    from trainscope.reports.latex_layout import _LONG_SIZES, _char_em
+    from trainscope.reports.latex_layout import _SIZES, _char_em
 
     latex = shutil.which("pdflatex")
     if latex is None:
         pytest.skip("pdflatex is not on PATH")
-    sizes = [command or "\\normalsize" for command, _ in _LONG_SIZES]
+    sizes = [command or "\\normalsize" for command, _ in _SIZES]
     body = "\n".join(
         f"\\sbox0{{{command}\\relax {latex_escape(c)}}}\\typeout{{W:{i}:{j}:\\the\\wd0}}"
         for j, command in enumerate(sizes)
@@ -245,7 +317,7 @@ def test_width_estimate_is_never_below_the_real_width(tmp_path: Path, encoding: 
     subprocess.run(cmd, cwd=tmp_path, capture_output=True, timeout=120, check=True)
     log = (tmp_path / "widths.log").read_text(encoding="utf-8", errors="replace")
     measured = re.findall(r"W:(\d+):(\d+):([\d.]+)pt", log)
-    assert len(measured) == len(CHARS) * len(_LONG_SIZES)
+    assert len(measured) == len(CHARS) * len(_SIZES)
     for i, j, width in measured:
-        char, scale = CHARS[int(i)], _LONG_SIZES[int(j)][1]
+        char, scale = CHARS[int(i)], _SIZES[int(j)][1]
         assert float(width) <= _char_em(char) * scale * 10.0 + 1e-3, (char, j, width)

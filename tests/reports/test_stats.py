@@ -10,17 +10,21 @@ import pytest
 
 from trainscope.records.run_dir import RunRecord
 from trainscope.reports.stats import (
+    compare_text,
     epoch_seconds,
     fmt_mean_std,
     fmt_mean_std_sig,
     fmt_sig,
+    fmt_spread,
     loader_start_seconds,
     mean_curve,
     mean_std,
+    measured,
     per_step_stages,
     step_losses,
 )
-from trainscope.reports.tables import MISSING, fmt_seconds
+from trainscope.reports.tables import MISSING, fmt_bytes, fmt_int, fmt_rate, fmt_seconds
+from trainscope.util.spread import spread
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -194,3 +198,42 @@ def test_fmt_mean_std_sig_uses_the_means_decimals() -> None:
     assert fmt_mean_std_sig(75.34, 2.2, 3) == "75.3 ± 2.2"
     assert fmt_mean_std_sig(0.5, 0.1, 1) == "0.500"
     assert fmt_mean_std_sig(None, None, 0) == "–"
+
+
+# ---------------------------------------------------------------------------------------
+# Measured spreads: three significant digits (README, "How a study reports numbers")
+# ---------------------------------------------------------------------------------------
+
+
+def _three_decimals(x: object) -> str:
+    # What a study's own formatter may write: fixed decimals (a loss, ms per step).
+    return "–" if not isinstance(x, float) else f"{x:.3f}"
+
+
+def test_a_spread_shows_three_significant_digits_whatever_its_formatter() -> None:
+    assert fmt_spread(spread([26.901, 29.338, 31.775]), _three_decimals) == "29.3 (26.9–31.8)"
+    assert fmt_spread(spread([26.901, 29.338, 31.775])) == "29.3 (26.9–31.8)"
+    # Percentages (accuracies at 2 decimals) and ms (seconds x 1000) alike.
+    assert fmt_spread(spread([0.5562, 0.5562, 0.5608]), lambda v: f"{100 * v:.2f}%") == (
+        "55.6% (55.6%–56.1%)"
+    )
+    ms = fmt_spread(spread([0.0013121, 0.0012853, 0.0013391]), lambda v: f"{1e3 * v:.3f}")
+    assert ms == "1.31 (1.29–1.34)"
+    # Equal once held to 3 digits: said so.
+    assert fmt_spread(spread([1.0001, 1.0002]), _three_decimals) == "1.00 (all equal)"
+
+
+def test_measured_rounds_the_value_not_its_text() -> None:
+    # "0.1245" rounded again would read 0.124 (0.1245 is below it in binary); x is 0.12451.
+    assert measured(lambda v: f"{v:.4f}", 0.12451) == "0.125"
+    assert measured(lambda v: f"{v:.3f}", -29.338) == "-29.3"
+
+
+def test_counts_and_bytes_keep_their_digits() -> None:
+    assert measured(lambda v: f"{v:.1f}", 1312.46) == "1312"  # digits left of the point
+    assert fmt_spread(spread([350_000_000] * 3), fmt_bytes) == "333.8 MiB (all equal)"
+    assert fmt_spread(spread([22_713_986] * 2), fmt_int) == "22,713,986 (all equal)"
+    assert fmt_spread(spread([19_259.4, 19_470.2]), fmt_rate) == "19,365 (19,259–19,470)"
+    assert measured(lambda v: f"{v:.2f}", 0.06) == "0.06"  # fewer digits: as written
+    a, b = spread([1.3121, 1.2853, 1.3391]), spread([2.0691, 1.9512, 2.0753])
+    assert "(1.31 vs 2.07, n=3 and 3)" in compare_text("a", a, "b", b, "time", fmt=_three_decimals)

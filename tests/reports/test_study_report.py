@@ -230,7 +230,9 @@ def test_markdown_says_workload_repeats_and_machine(study: Built) -> None:
 
 def test_latex_tables_are_valid(study: Built, tmp_path: Path) -> None:
     tex = (study.report.out_dir / "tables.tex").read_text(encoding="utf-8")
-    assert tex.count("\\begin{table}") == len(study.report.tables)
+    # A table too wide for the default article's line is split in parts, each a float.
+    parts = tex.count("The table above, continued")
+    assert tex.count("\\begin{table}") - parts == len(study.report.tables)
     assert latex_problems(tex) == []
     compile_latex(tex, tmp_path)
 
@@ -342,7 +344,8 @@ def test_loader_per_iteration_table_from_step_records(loader_study: Built) -> No
         per_run.append(statistics.mean(s["stages"]["data_wait"] for s in steps))
     row = table_row(loader_study.report, "per_iteration", "0 workers", Augment="off")
     shown = float(row[3].split(" (")[0])
-    assert shown == pytest.approx(1e3 * statistics.median(per_run), abs=6e-4)
+    # Three significant digits, as every measured figure.
+    assert shown == pytest.approx(1e3 * statistics.median(per_run), rel=5e-3)
     assert any(f.startswith("Cost of augmentation") for f in loader_study.report.findings)
 
 
@@ -373,7 +376,8 @@ def test_profile_stage_table_matches_summaries(profile_study: Built) -> None:
     assert row[1] == fmt_spread(spread(forward))
     steps = summaries[0]["steps"]
     per_step = float(row[3].split(" (")[0])
-    assert per_step == pytest.approx(1e3 * statistics.median(forward) / steps, abs=6e-4)
+    # Three significant digits, as every measured figure.
+    assert per_step == pytest.approx(1e3 * statistics.median(forward) / steps, rel=5e-3)
     assert "n=2" in profile_study.report.tables["stages"].caption
 
 

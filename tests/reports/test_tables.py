@@ -131,14 +131,12 @@ def test_bad_align_is_rejected() -> None:
 def test_latex_table_structure() -> None:
     t = Table(["A_b", "C"], [["x & y", "50%"]], caption="cap_tion", label="tab:x y", align="lr")
     tex = t.to_latex()
-    # Scaled down to the line width only where wider (TeX measures it), never enlarged.
-    assert tex.startswith(
-        "\\begin{table}[ht]\n\\centering\n"
-        "\\resizebox{\\ifdim\\width>\\linewidth\\linewidth\\else\\width\\fi}{!}"
-        "{\\begin{tabular}{lr}\n\\toprule\n"
-    )
+    # Never scaled: a table that fits is set as it is, in the normal size.
+    assert tex.startswith("\\begin{table}[ht]\n\\centering\n\\begin{tabular}{lr}\n\\toprule\n")
     assert "A\\_b & C \\\\\n\\midrule\nx \\& y & 50\\% \\\\\n\\bottomrule\n" in tex
-    assert "\\end{tabular}}\n\\caption" in tex  # no space inside the scaled box
+    assert "\\end{tabular}\n\\caption" in tex
+    # A document that keeps its tables where they stand places them [H].
+    assert t.to_latex(placement="H").startswith("\\begin{table}[H]\n")
     assert "\\caption{cap\\_tion}" in tex and "\\label{tab:x-y}" in tex
     assert tex.rstrip().endswith("\\end{table}")
 

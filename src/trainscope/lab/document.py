@@ -10,7 +10,7 @@ or one whose data was not given, says so instead of showing anything.
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from trainscope.lab.makers import maker
 from trainscope.lab.runner import ChapterState, LabResult
 from trainscope.lab.steps import read_commands
 from trainscope.records.study_dir import load_study
-from trainscope.reports.document import Document, escape_inline, inline_code
+from trainscope.reports.document import Document, TableBlock, escape_inline, inline_code
 from trainscope.reports.document import write_document as write_markdown_html
 from trainscope.reports.document_latex import write_latex_document
 from trainscope.reports.section import Section
@@ -41,7 +41,8 @@ NOT_SHOWN = {"failed": "This chapter was not measured: its study failed"}
 state's text) would not be English."""
 PDF_PACKAGES = "texlive-latex-base texlive-latex-recommended"
 """The Debian packages that build the PDF: pdflatex and geometry, graphicx, longtable
-(-base), booktabs (-recommended); the T1 fonts come with texlive-base, a dependency."""
+(-base), booktabs and float (-recommended); the T1 fonts come with texlive-base, a
+dependency."""
 PDF_HINT = f"to build the PDF, on Debian or Ubuntu: apt-get install {PDF_PACKAGES}"
 
 
@@ -85,6 +86,7 @@ def _chapter(doc: Document, c: Chapter, state: ChapterState, plots: Path) -> dic
     else:
         doc.paragraph("The study states no finding (no comparison beyond the noise).")
     doc.heading("The measurement", 3)
+    tables = _chapter_labels(part, section.tables, c.number)
     doc.blocks.extend(part.blocks)
     doc.heading("Reproduce", 3)
     doc.code("\n".join(commands))
@@ -94,7 +96,29 @@ def _chapter(doc: Document, c: Chapter, state: ChapterState, plots: Path) -> dic
         "wrote):"
     )
     doc.bullets(records_list(Path(state.study_dir)))
-    return {f"{c.number}-{k}": t for k, t in section.tables.items()}
+    return {f"{c.number}-{k}": t for k, t in tables.items()}
+
+
+def chapter_label(label: str, number: int) -> str:
+    """A study's table label as chapter ``number`` shows it: ``tab:precision`` is
+    ``tab:ch2-precision`` in chapter 2, so that two chapters running the same study
+    (2 and 7: precision) label their tables apart in one document."""
+    kind, colon, name = label.partition(":")
+    return f"{kind}:ch{number}-{name}" if colon else f"ch{number}-{label}"
+
+
+def _chapter_labels(part: Document, tables: dict[str, Table], number: int) -> dict[str, Table]:
+    """Relabel the tables of a chapter's blocks (in place) by :func:`chapter_label`;
+    return its study's ``tables`` relabelled alike (the same tables, for tables.tex)."""
+
+    def relabel(t: Table) -> Table:
+        return replace(t, label=chapter_label(t.label, number)) if t.label else t
+
+    done: dict[int, Table] = {}  # by the id of the table relabelled
+    for i, block in enumerate(part.blocks):
+        if isinstance(block, TableBlock):
+            part.blocks[i] = TableBlock(done.setdefault(id(block.table), relabel(block.table)))
+    return {k: done.get(id(t)) or relabel(t) for k, t in tables.items()}
 
 
 def records_list(folder: Path) -> list[str]:

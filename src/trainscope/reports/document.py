@@ -27,7 +27,7 @@ import base64
 import os
 import re
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import quote
 
@@ -223,6 +223,27 @@ def _read_png(path: Path) -> bytes:
     return data
 
 
+def unique_labels(blocks: list[Block]) -> list[Block]:
+    """``blocks`` with every table's label unique: a table whose label an earlier one
+    has is relabelled ``label-2``, ``label-3``... A label (a LaTeX ``\\label``, an HTML
+    ``id``) must name one table, though two sections may build the same table (two
+    chapters that each run a precision study)."""
+    seen: set[str] = set()
+    out: list[Block] = []
+    for block in blocks:
+        label = block.table.label if isinstance(block, TableBlock) else ""
+        if label:
+            unique, n = label, 1
+            while unique in seen:
+                n += 1
+                unique = f"{label}-{n}"
+            seen.add(unique)
+            if unique != label:
+                block = TableBlock(replace(block.table, label=unique))
+        out.append(block)
+    return out
+
+
 def _png_size(data: bytes) -> tuple[int, int] | None:
     # IHDR is the first chunk: width and height as big-endian uint32 at bytes 16..24.
     if len(data) < 24 or data[12:16] != b"IHDR":
@@ -286,7 +307,7 @@ class Document:
     def to_html(self) -> str:
         """One self-contained HTML page: inline CSS, images as data URIs, no scripts."""
         title = html_text(self.title)
-        body = "\n".join(_block_html(b) for b in self.blocks)
+        body = "\n".join(_block_html(b) for b in unique_labels(self.blocks))
         return (
             "<!DOCTYPE html>\n"
             '<html lang="en">\n'

@@ -12,9 +12,13 @@ too long for a line, may break between any two characters, most cheaply after ``
 =`` and the like, so a 300-character command line wraps instead of sticking out of the
 page. Code is escaped text, not a verbatim environment: no input can end the block early.
 
+Tables and figures stand where they are in the text, between two paragraphs (a table is
+a ``[H]`` float, a figure a box), so no paragraph is broken around one; a table is sized
+to the page's line (see :mod:`trainscope.reports.latex_layout`), never scaled.
+
 The preamble uses only packages of TeX Live's latex-base and latex-recommended:
-fontenc, inputenc, textcomp, geometry, and what the tables need
-(:data:`~trainscope.reports.tables.LATEX_PACKAGES`: booktabs, graphicx, longtable).
+fontenc, inputenc, textcomp, geometry, graphicx (figures), float (``[H]``) and what the
+tables need (:data:`~trainscope.reports.tables.LATEX_PACKAGES`: booktabs, longtable).
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from trainscope.reports.document import (
     _read_png,
     _Span,
     _Text,
+    unique_labels,
 )
 from trainscope.reports.tables import LATEX_PACKAGES
 from trainscope.util.textsafe import latex_escape, one_line
@@ -52,6 +57,8 @@ __all__ = ["document_to_latex", "write_latex_document"]
 
 # Seconds one pdflatex run may take (the first run on a machine may draw its fonts).
 PDFLATEX_TIMEOUT_S = 120
+# The text's line: an A4 page less 2.5cm margins is 455pt, 45.5 em of the 10pt text.
+REPORT_LINE_EM = 45.5
 
 # ---------------------------------------------------------------------------------------
 # Preamble
@@ -63,9 +70,12 @@ _PREAMBLE_HEAD = r"""\documentclass{article}
 \usepackage[utf8]{inputenc}
 % \textquotesingle and \textasciigrave in code (part of the kernel since 2020).
 \usepackage{textcomp}
-% Wider and taller than the default article page the tables are sized for, so they fit.
+% A line 455pt wide (REPORT_LINE_EM), which the tables are sized for.
 % No hyperref: the report has no links, and bookmarks would carry record text.
 \usepackage[a4paper,margin=2.5cm]{geometry}
+\usepackage{graphicx}
+% [H]: a table stands where it is in the text, never inside a paragraph.
+\usepackage{float}
 """
 
 _PREAMBLE_TAIL = r"""
@@ -73,12 +83,6 @@ _PREAMBLE_TAIL = r"""
 \setlength{\parskip}{0.5\baselineskip plus 2pt}
 % A paragraph that cannot be set well is set loosely rather than past the margin.
 \setlength{\emergencystretch}{3em}
-% Tables float: let them sit near their text, and never run out of float slots.
-\renewcommand{\topfraction}{0.9}
-\renewcommand{\bottomfraction}{0.9}
-\renewcommand{\textfraction}{0.1}
-\renewcommand{\floatpagefraction}{0.8}
-\extrafloats{100}
 % Breaks in code and overlong words: free after punctuation, costly elsewhere; the tiny
 % stretch keeps a line of code alone feasible in justified text (as url.sty does).
 \DeclareRobustCommand*{\tsbrk}{\penalty0\hskip0pt plus0.05em\relax}
@@ -270,7 +274,7 @@ def _block(block: Block, base_dir: Path) -> str:
         items = "".join(rf"\item {_inline(_parse_spans(i))}" + "\n" for i in block.items)
         return "\\begin{itemize}\n" + items + "\\end{itemize}"
     if isinstance(block, TableBlock):
-        return block.table.to_latex().rstrip("\n")
+        return block.table.to_latex(line_em=REPORT_LINE_EM, placement="H").rstrip("\n")
     if isinstance(block, Figure):
         return _figure(block, base_dir)
     if isinstance(block, CodeBlock):
@@ -285,7 +289,7 @@ def document_to_latex(doc: Document, base_dir: Path) -> str:
     name (``#``, ``%``, spaces...): :func:`write_latex_document` copies those first.
     """
     base = Path(base_dir)
-    blocks = [_block(b, base) for b in doc.blocks]
+    blocks = [_block(b, base) for b in unique_labels(doc.blocks)]
     title = "\\begin{center}\n{\\LARGE\\bfseries " + _text(doc.title) + "\\par}\n\\end{center}"
     body = "\n\n".join([title, *(b for b in blocks if b)])
     tex = _preamble() + "\n\\begin{document}\n\n" + body + "\n\n\\end{document}\n"

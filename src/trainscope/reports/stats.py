@@ -7,6 +7,7 @@ Figures are medians with their spread and n (:mod:`trainscope.util.spread` holds
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -46,13 +47,49 @@ SPREAD_NOTE = "median (IQR when n >= 5, else min–max) over repeats"
 """How tables say what their cells are."""
 
 
+# A figure written as a plain decimal or a percentage: "29.338", "-0.0412", "55.62%".
+_DECIMAL = re.compile(r"-?(\d+\.\d+)(%?)")
+MEASURED_DIGITS = 3
+"""Significant digits of a measured figure (a median or a bound of a spread), as the
+README promises: more would claim a precision that repeats do not measure."""
+
+
+def measured(fmt: Callable[[Any], str], x: Any) -> str:
+    """``fmt(x)`` for a measured ``x``, held to :data:`MEASURED_DIGITS` significant
+    digits where ``fmt`` wrote more as a plain decimal or percentage (fixed decimals:
+    ``29.338`` is ``29.3``, ``55.62%`` is ``55.6%``). Digits left of the point are all
+    kept (``1312.5`` is ``1312``), and other text is left as ``fmt`` wrote it: bytes in
+    units (counted, exact), thousands separators (rates), fewer digits."""
+    text = fmt(x)
+    m = _DECIMAL.fullmatch(text)
+    if m is None or not _is_number(x) or not x or _significant(m.group(1)) <= MEASURED_DIGITS:
+        return text
+    # Rounded from x itself, not from the text (no double rounding), at the scale fmt
+    # wrote it in: 1, 100 (a percentage) or 1000 (seconds as ms); else from the text.
+    shown = float(m.group(0).rstrip("%"))
+    scale = 10.0 ** round(math.log10(abs(shown / x))) if shown else 1.0
+    value = x * scale if math.isclose(shown, x * scale, rel_tol=1e-3) else shown
+    return fmt_sig(value, MEASURED_DIGITS) + m.group(2)
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _significant(digits: str) -> int:
+    """Significant digits of a plain decimal (``"0.0632"``: 3)."""
+    return len(digits.replace(".", "").lstrip("0"))
+
+
 def fmt_spread(sp: Spread, fmt: Callable[[Any], str] = fmt_sig) -> str:
-    """``"12.3 (11.9–12.8)"``; one value alone; outlier repeats flagged, never hidden."""
+    """``"12.3 (11.9–12.8)"``; one value alone; outlier repeats flagged, never hidden.
+
+    Each figure is ``fmt``'s, held to 3 significant digits (:func:`measured`)."""
     if sp.median is None:
         return MISSING
-    text = fmt(sp.median)
+    text = measured(fmt, sp.median)
     if sp.n > 1 and sp.low is not None and sp.high is not None:
-        low, high = fmt(sp.low), fmt(sp.high)
+        low, high = measured(fmt, sp.low), measured(fmt, sp.high)
         text += " (all equal)" if low == high == text else f" ({low}–{high})"
     if sp.outliers:
         k = len(sp.outliers)
@@ -85,7 +122,7 @@ def compare_text(
     unit: str = "",
 ) -> str:
     """One sentence comparing two medians, claiming a ratio only where the rule allows."""
-    both = f"{fmt(a.median)}{unit} vs {fmt(b.median)}{unit}, n={a.n} and {b.n}"
+    both = f"{measured(fmt, a.median)}{unit} vs {measured(fmt, b.median)}{unit}, n={a.n} and {b.n}"
     if differ(a, b) and a.median and b.median:
         return f"{name_a} vs {name_b}: {what} {a.median / b.median:.2f}x ({both})"
     return f"{name_a} vs {name_b}: {what}: {no_difference_text(a, b)} ({both})"
@@ -248,7 +285,7 @@ def quality_text(a: Spread, b: Spread, q: Quality) -> str | None:
     if q.points and not differ(a, b):
         return f"{q.what}: {no_difference_text(a, b)}"
     ns = f"n={a.n} and {b.n}"
-    both = f"{q.fmt(a.median)} vs {q.fmt(b.median)}"
+    both = f"{measured(q.fmt, a.median)} vs {measured(q.fmt, b.median)}"
     if not differ(a, b):
         return f"{q.what}: {no_difference_text(a, b)} ({both}, {ns})"
     if a.low == a.high and b.low == b.high:

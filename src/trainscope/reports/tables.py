@@ -24,6 +24,7 @@ from trainscope.reports.latex_layout import (  # noqa: F401 (re-exported)
     LATEX_NEEDS,
     LATEX_PACKAGES,
     MISSING,
+    TEXTWIDTH_EM,
     table_to_latex,
 )
 from trainscope.util.numfmt import fmt_bytes as fmt_bytes
@@ -186,19 +187,21 @@ class Table:
         lines += ["</tbody>", "</table>"]
         return "\n".join(lines) + "\n"
 
-    def to_latex(self) -> str:
-        """The table as LaTeX with booktabs rules, sized to fit the page.
+    def to_latex(self, *, line_em: float = TEXTWIDTH_EM, placement: str = "ht") -> str:
+        """The table as LaTeX with booktabs rules, sized to fit a line ``line_em`` wide
+        (em of 10pt text; the default article's, where a tables.tex goes, by default).
 
-        A table of up to :data:`LONG_TABLE_ROWS` rows is a ``table`` float, its tabular
-        scaled down to ``\\linewidth`` when, and only when, it is wider (graphicx's
-        ``\\resizebox``, measured by TeX itself), set in a smaller font where it would
-        otherwise be taller than a page. A longer table is a ``longtable`` that breaks
-        across pages and repeats its header; it cannot be scaled, so its width is
-        estimated and it is set in a smaller font, given wrapped ``p{}`` columns or split
-        into parts (the first column repeated), as that needs. The file needs
+        Nothing is scaled (scaled print soon gets too small to read): the table's width
+        is estimated from the glyphs of its cells and it is set to fit, in a smaller
+        font (\\footnotesize at the smallest), its long headers stacked, its columns
+        closer, its text columns wrapped (``p{}``) or split into parts (the first column
+        repeated), as that needs. A table of up to :data:`LONG_TABLE_ROWS` rows is a
+        ``table`` float (``placement``: ``"ht"``; a document that keeps tables where
+        they stand passes ``"H"``, which needs the float package); a longer one is a
+        ``longtable`` that breaks across pages and repeats its header. The file needs
         :data:`LATEX_PACKAGES` (the header comment :data:`LATEX_NEEDS` says so).
         """
-        return table_to_latex(self)
+        return table_to_latex(self, line_em=line_em, placement=placement)
 
 
 # ---------------------------------------------------------------------------------------
