@@ -42,11 +42,7 @@ def profile_rows(study: StudyRecord, recs: list[RunRecord]) -> ProfileRows:
         if sp.median is None:
             continue
         data.medians[stage] = sp.median
-        per_step = (
-            fmt_spread(sp.scaled(1e3 / steps_m), lambda x: f"{x:.3f}")
-            if stage in STEP_STAGES and steps_m
-            else "–"
-        )
+        per_step = fmt_spread(sp.scaled(1e3 / steps_m)) if stage in STEP_STAGES and steps_m else "–"
         share = fmt_pct(sp.median / wall.median if wall.median else None)
         data.rows.append([STAGE_LABELS.get(stage, stage), fmt_spread(sp), share, per_step])
     data.rows.append(["total (wall)", fmt_spread(wall), "100.0%", "–"])
