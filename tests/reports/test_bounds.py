@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 
 from tests.reports.test_honest_numbers import Planted, report_of
@@ -72,6 +73,26 @@ def test_a_plausible_speed_up_is_still_stated(tmp_path: Path) -> None:
     report = _strong_report(tmp_path, [30, 31, 32], [17, 17.5, 18])
     (finding,) = [f for f in report.findings if f.startswith("strong scaling on 2")]
     assert "speed-up 1.77x, efficiency 89%" in finding, finding
+
+
+@pytest.mark.parametrize("loaded", ["strong-n1", "strong-n2"])
+def test_scaling_measured_only_under_load_is_not_a_finding(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, loaded: str
+) -> None:
+    """Every repeat of one process count ran beside 1.3 cores of other load: its row
+    has no figure to compare, and the finding says so rather than "no step measured"."""
+    monkeypatch.delenv("TRAINSCOPE_IGNORE_LOAD", raising=False)
+    cpu = {"cpu": {"other_cores": 1.3, "threads": 1, "processes_on_node": 2, "cores": 2}}
+    planted = {f"strong-n1/r{k}": _scaling_rep(30) for k in (1, 2, 3)}
+    planted |= {f"strong-n2/r{k}": _scaling_rep(17) for k in (1, 2, 3)}
+    planted |= {f"{loaded}/r{k}": {**planted[f"{loaded}/r{k}"], **cpu} for k in (1, 2, 3)}
+    base = from_dict({"runtime": {"device": "cpu", "threads": 2},
+                      "dist": {"strategy": "ddp"}}).to_dict()  # fmt: skip
+    plan = scaling.plan(base, CPU, repeats=3, nprocs=(1, 2), modes=("strong",))
+    report = report_of(plan, tmp_path, Planted(planted, fresh=True))
+    (finding,) = [f for f in report.findings if f.startswith("strong scaling on 2")]
+    assert finding == ("strong scaling on 2 processes: not a finding: other processes kept "
+                       f"1.3 cores busy during all 3 repeat(s) of {loaded}.")  # fmt: skip
 
 
 def test_the_scaling_study_draws_its_speed_up(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from trainscope.reports.section import Section
 from trainscope.reports.stats import compare_text, fmt_spread
 from trainscope.reports.stragglers import straggler_section
 from trainscope.reports.tables import Table
+from trainscope.util.load import loaded, not_a_finding
 from trainscope.util.spread import MIN_N_TO_CLAIM, Spread, spread
 
 WORKLOAD = "trainscope.lab.straggler:slow_rank"
@@ -80,9 +81,13 @@ def section(folder: Path, doc: Document, plots: Path) -> Section:
     out = study_part(folder / "scaling", doc, plots / "scaling")
     doc.heading("One slow rank", 4)
     stats: dict[str, dict[str, Spread]] = {}
-    rows = []
+    rows, blind = [], []
     for name, delay in CONFIGS:
-        recs = _runs(folder, name)
+        every = _runs(folder, name)
+        recs = [r for r in every if not loaded(r.summary)]  # a loaded run is no evidence
+        if every and not recs:
+            blind.append(not_a_finding(f"all {len(every)} runs of {name}",
+                                       [r.summary for r in every]))  # fmt: skip
         st = {"step": spread(_step_ms(r) for r in recs),
               "data0": spread(_rank_wait_ms(r, 0, "data_wait") for r in recs),
               "data1": spread(_rank_wait_ms(r, 1, "data_wait") for r in recs),
@@ -102,7 +107,7 @@ def section(folder: Path, doc: Document, plots: Path) -> Section:
         "tab:straggler", "lrrrrrr",
     ))  # fmt: skip
     even, slow = stats["even"], stats["slow-rank-1"]
-    found = []
+    found = list(blind)
     if even["step"].ok and slow["step"].ok:
         found = [
             compare_text("one slow rank", slow["step"], "none", even["step"],
@@ -114,10 +119,13 @@ def section(folder: Path, doc: Document, plots: Path) -> Section:
         doc.paragraph(escape_inline(f))
     out.findings += found
     slow_runs = _runs(folder, "slow-rank-1")
+    clean = [r for r in slow_runs if not loaded(r.summary)]
     if slow_runs:
-        doc.paragraph(f"The ranks of one run with the straggler ({slow_runs[0].path.name}):")
+        shown = (clean or slow_runs)[0]
+        doc.paragraph(f"The ranks of one run with the straggler ({shown.path.name}):")
         part = Document("")
-        out.findings += straggler_section(slow_runs[0], part)[:1]
+        ranks = straggler_section(shown, part)[:1]
+        out.findings += ranks if clean else []  # a loaded run's ranks: shown, not claimed
         add_shifted(doc, part, 2)
     return out
 

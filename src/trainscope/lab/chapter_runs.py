@@ -18,6 +18,7 @@ from trainscope.errors import TrainscopeError
 from trainscope.lab.steps import MakeContext, read_json
 from trainscope.records.jsonio import read_json_object
 from trainscope.records.study_dir import load_study
+from trainscope.reports.cpu import load_findings
 from trainscope.reports.document import Document, Heading, escape_inline
 from trainscope.reports.quantize_section import quantize_section
 from trainscope.reports.section import Section
@@ -108,6 +109,8 @@ def study_part(folder: Path, doc: Document, plots: Path, level: int = 1) -> Sect
     study_header(study, part)
     build = registry.report_builder(str(study.plan.kind))
     section = build(study, part, plots) if build is not None else Section()
+    # First, as in the study's own report: what other load left without any evidence.
+    section.findings[:0] = load_findings(study)
     add_shifted(doc, part, level)
     return section
 

@@ -16,6 +16,7 @@ from trainscope.reports.section import Section
 from trainscope.reports.stats import MISSING, SPREAD_NOTE, fmt_spread, step_ms
 from trainscope.reports.study_plots import write_figure
 from trainscope.reports.tables import Table
+from trainscope.util.load import not_a_finding
 from trainscope.util.numfmt import cores_text
 from trainscope.util.spread import MIN_N_TO_CLAIM, Spread, differ, spread
 
@@ -68,6 +69,9 @@ def _mode_rows(
             over.add(n)
         recs = [r.summary for r in study.measured(cfg.config)]
         summaries += recs
+        if not recs and (loaded := study.loaded(cfg.config)):  # load left no evidence
+            every = [r.summary for r in loaded]
+            invalid[n] = not_a_finding(f"all {len(every)} repeat(s) of {cfg.config}", every)
         st = steps[n] = spread(step_ms(s) for s in recs)
         rate = spread(s.get("samples_per_s") for s in recs)
         fixed = spread(fixed_share(s) for s in recs)
@@ -104,6 +108,8 @@ def _finding(mode: str, row: list[Any], one: list[Any], over: bool, invalid: str
     if over:
         return (f"{mode} scaling on {n} processes: more processes than the core budget "
                 "(oversubscribed): shown, not compared.")  # fmt: skip
+    if invalid and invalid.startswith("not a finding"):  # under load: no figure to quote
+        return f"{mode} scaling on {n} processes: {invalid}."
     if row[3] == MISSING:
         return f"{mode} scaling on {n} processes: no steady-state step measured."
     if invalid:
@@ -174,7 +180,8 @@ def scaling_sections(study: StudyRecord, doc: Document, plots: Path) -> Section:
         doc.table(table)
         for row in rows[1:]:
             n = int(str(row[0]).split()[0])
-            text = _finding(mode, row, rows[0], n in over, invalid.get(n))
+            blind = invalid.get(n) or (invalid.get(1) if rows[0][3] == MISSING else None)
+            text = _finding(mode, row, rows[0], n in over, blind)
             section.findings.append(text)
             doc.paragraph(escape_inline(text))
         _projection(doc, section, study, mode, steps, summaries)

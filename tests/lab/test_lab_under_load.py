@@ -1,0 +1,71 @@
+"""The lab's chapters under planted load: a study chapter's short answer starts with what
+load left without evidence, and chapter 1's straggler comparison claims nothing from
+loaded runs (the lab beside two busy loops stated "one slow rank vs none: 2.80x")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.diagnosis.test_rules import write_run
+from tests.reports.test_honest_numbers import BASE, CPU, Planted
+from tests.studies.heap import frozen_heap
+from trainscope.lab import chapter_distribute
+from trainscope.lab.chapter_runs import study_part
+from trainscope.reports.document import Document
+from trainscope.studies import profile
+from trainscope.studies.base import execute
+
+LOAD = {"other_cores": 1.2, "threads": 1, "processes_on_node": 2, "cores": 2}
+
+
+@pytest.fixture
+def load_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TRAINSCOPE_IGNORE_LOAD", raising=False)
+
+
+def _study(folder: Path, loaded: bool) -> None:
+    extra = {"cpu": LOAD} if loaded else {}
+    planted = Planted({f"run/r{k}": extra for k in (1, 2, 3)})
+    with frozen_heap():
+        execute(profile.plan(BASE, CPU, repeats=3), folder, say=lambda _: None,
+                run_fn=planted, remeasure=0)  # fmt: skip
+
+
+def test_a_study_chapters_answer_starts_with_what_load_left(
+    tmp_path: Path, load_rule: None
+) -> None:
+    _study(tmp_path / "study", loaded=True)
+    section = study_part(tmp_path / "study", Document("lab"), tmp_path / "plots")
+    assert section.findings[0] == (
+        "not a finding: other processes kept 1.2 cores busy during all 3 repeat(s) of run"
+    )
+
+
+def _straggler_run(path: Path, step_ms: float, loaded: bool) -> None:
+    ranks: list[dict[str, Any]] = [
+        {"rank": r, "steady_state": {"stage_s_median": {"data_wait": 1e-3, "backward": 2e-3}}}
+        for r in (0, 1)
+    ]
+    steady = {"warmup_steps": 5, "step_s": {"median": step_ms / 1e3}}
+    summary = {"strategy": "ddp", "world_size": 2, "ranks": ranks, "steady_state": steady}
+    if loaded:
+        summary["cpu"] = LOAD
+    write_run(path, summary=summary)
+
+
+def test_the_straggler_comparison_claims_nothing_from_loaded_runs(
+    tmp_path: Path, load_rule: None
+) -> None:
+    folder = tmp_path / "01-distribute"
+    _study(folder / "scaling", loaded=False)  # stands in for the scaling study
+    for k in (1, 2, 3):
+        _straggler_run(folder / "straggler" / f"even-r{k}", 2.6, loaded=False)
+        _straggler_run(folder / "straggler" / f"slow-rank-1-r{k}", 8.9, loaded=True)
+    section = chapter_distribute.section(folder, Document("lab"), tmp_path / "plots")
+    assert ("not a finding: other processes kept 1.2 cores busy during all 3 runs of "
+            "slow-rank-1") in section.findings  # fmt: skip
+    assert not any(f.startswith("one slow rank vs none") for f in section.findings)
+    assert not any(f.startswith("rank 1 is the straggler") for f in section.findings)
