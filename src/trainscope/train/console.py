@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainscope.records.jsonio import try_json_object
+from trainscope.reports.console import print_line, print_summary
+from trainscope.reports.cpu import load_change_note, oversubscribed_note
 from trainscope.util.numfmt import fmt_sig
 from trainscope.util.textsafe import rich_text, terminal_text
 
@@ -241,10 +243,6 @@ class RunConsole:
         if not self.enabled:
             return
         import shlex
-
-        # Imported here: a quiet run (studies, benchmarks) never loads the report code.
-        from trainscope.reports.console import print_line, print_summary
-        from trainscope.reports.cpu import load_change_note, oversubscribed_note
 
         # The versions (torch, Python, CUDA) are in env.json, not in the summary.
         env = try_json_object(run_dir / "env.json") if run_dir is not None else None
