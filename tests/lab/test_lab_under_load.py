@@ -69,3 +69,40 @@ def test_the_straggler_comparison_claims_nothing_from_loaded_runs(
             "slow-rank-1") in section.findings  # fmt: skip
     assert not any(f.startswith("one slow rank vs none") for f in section.findings)
     assert not any(f.startswith("rank 1 is the straggler") for f in section.findings)
+
+
+@pytest.mark.parametrize("other", [0.0, 1.3])
+def test_chapter_12s_evaluation_time_is_no_finding_beside_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, load_rule: None, other: float
+) -> None:
+    """The quantize command times fp32 and int8 evaluations but records no load: the lab
+    measures the load around it, and compares the times only where it was low."""
+    import json
+
+    from trainscope.lab import chapter_runs
+    from trainscope.reports.section import Section
+
+    folder = tmp_path / "12-int8"
+    (folder / "run").mkdir(parents=True)
+    evals = {k: {"eval_s": {"repeats": [t] * 5}} for k, t in (("fp32", 0.06), ("int8", 0.09))}
+    (folder / "run" / "quantize.json").write_text(json.dumps(evals))
+    cpu = {"cpu": {"other_cores": other, "cores": 2}}
+    (folder / chapter_runs.QUANTIZE_LOAD).write_text(json.dumps(cpu))
+    monkeypatch.setattr(chapter_runs, "quantize_section", lambda run, part: Section())
+    findings = chapter_runs.int8_section(folder, Document("lab"), tmp_path).findings
+    if other:
+        assert findings == ["not a finding: other processes kept 1.3 cores busy during the "
+                            "quantize command's fp32 and int8 evaluations"]  # fmt: skip
+    else:
+        assert findings[0].startswith("int8 vs fp32: evaluation time 1.50x")
+
+
+def test_a_lab_command_records_the_load_beside_it(tmp_path: Path) -> None:
+    from trainscope.lab.steps import MakeContext
+
+    ctx = MakeContext(tmp_path, True, None, lambda argv: 0)
+    ctx.run(["quantize", "x"], skip=False, load=tmp_path / "load.json")
+    import json
+
+    cpu = json.loads((tmp_path / "load.json").read_text())["cpu"]
+    assert cpu["other_cores"] >= 0 and cpu["cores"] >= 1

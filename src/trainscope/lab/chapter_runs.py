@@ -24,6 +24,7 @@ from trainscope.reports.quantize_section import quantize_section
 from trainscope.reports.section import Section
 from trainscope.reports.stats import compare_text
 from trainscope.reports.study_report import study_header
+from trainscope.util.load import loaded, not_a_finding
 from trainscope.util.spread import spread
 
 MNIST = "mnist"
@@ -31,6 +32,8 @@ PROFILE = {True: ("60", "2"), False: ("200", "3")}
 """The profiled run's steps and the profile's repeats, under --quick (True) and not."""
 APPLY = {True: ("40", "5"), False: ("60", "7")}
 """``doctor --apply``'s steps and repeats, under --quick (True) and not."""
+QUANTIZE_LOAD = "quantize-load.json"
+"""The other load beside the quantize command (its evaluation times record none)."""
 INT8_EPOCHS = {True: "2", False: "8"}
 
 
@@ -157,7 +160,11 @@ def make_int8(ctx: MakeContext) -> None:
     ctx.run(["run", "--workload", "mnist", "--data-dir", data, "--epochs",
              INT8_EPOCHS[ctx.quick], "--save-weights",
              "--out", str(run), "-q"], skip=(run / "model.safetensors").is_file())  # fmt: skip
-    ctx.run(["quantize", str(run), "-q"], skip=(run / "quantize.json").is_file())
+    ctx.run(
+        ["quantize", str(run), "-q"],
+        skip=(run / "quantize.json").is_file(),
+        load=ctx.folder / QUANTIZE_LOAD,
+    )  # its evaluation times record no load
 
 
 def int8_section(folder: Path, doc: Document, plots: Path) -> Section:
@@ -170,7 +177,12 @@ def int8_section(folder: Path, doc: Document, plots: Path) -> Section:
     data = read_json(folder / "run" / "quantize.json")
     times = {k: spread(((data.get(k) or {}).get("eval_s") or {}).get("repeats") or [])
              for k in ("fp32", "int8")}  # fmt: skip
-    if times["fp32"].ok and times["int8"].ok:
+    beside = read_json(folder / QUANTIZE_LOAD) if (folder / QUANTIZE_LOAD).is_file() else {}
+    if isinstance(beside, dict) and loaded(beside):
+        text = not_a_finding("the quantize command's fp32 and int8 evaluations", [beside])
+        section.findings.append(text)
+        doc.paragraph(escape_inline(text))
+    elif times["fp32"].ok and times["int8"].ok:
         text = compare_text("int8", times["int8"], "fp32", times["fp32"], "evaluation time",
                             unit=" s")  # fmt: skip
         section.findings.append(text)

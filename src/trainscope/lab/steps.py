@@ -19,10 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
+
+from trainscope.config import available_cpus
 from trainscope.errors import Terminated, TrainscopeError
 from trainscope.records.jsonio import MAX_RECORD_JSON_BYTES, atomic_write_json, read_json_object
 from trainscope.reports.document import Document
 from trainscope.reports.section import Section
+from trainscope.runtime.threads import LoadReading
 
 STEPS_FILE = "chapter.json"
 
@@ -58,16 +62,27 @@ class MakeContext:
         """The folder ``name`` under ``--data`` (the runner checked that it exists)."""
         return f"{str(self.data_root).rstrip('/')}/{name}"
 
-    def run(self, argv: list[str], *, skip: bool, capture: Path | None = None) -> None:
+    def run(
+        self, argv: list[str], *, skip: bool, capture: Path | None = None,
+        load: Path | None = None,
+    ) -> None:  # fmt: skip
         """Run ``trainscope ARGV`` unless ``skip`` (its output is already there); with
-        ``capture``, its standard output (a ``--json`` answer) is kept in that file."""
+        ``capture``, its standard output (a ``--json`` answer) is kept in that file; with
+        ``load``, the other load beside the command (a ``cpu`` section, as runs record:
+        trainscope.util.load) goes to that file, for a command that times something but
+        records no load of its own."""
         self.commands.append("trainscope " + " ".join(shlex.quote(a) for a in argv))
         if skip:
             return
         self.say(f"  {self.commands[-1]}")
         out = io.StringIO()
+        start = LoadReading.take(psutil.Process(), None)
         with contextlib.redirect_stdout(out) if capture else contextlib.nullcontext():
             code = self.run_command(argv)
+        if load is not None:
+            other = LoadReading.take(psutil.Process(), None).other_since(start)
+            cpu = {"other_cores": other, "cores": available_cpus(), "method": "the lab's"}
+            atomic_write_json(load, {"cpu": cpu})
         stop = stopped_by(code)
         if stop is not None:
             raise stop
