@@ -106,3 +106,35 @@ def test_a_lab_command_records_the_load_beside_it(tmp_path: Path) -> None:
 
     cpu = json.loads((tmp_path / "load.json").read_text())["cpu"]
     assert cpu["other_cores"] >= 0 and cpu["cores"] >= 1
+
+
+def test_a_command_chapter_records_the_load_and_drops_its_timings_under_it(
+    tmp_path: Path, load_rule: None
+) -> None:
+    """Chapter 10 runs ``trainscope collectives``, whose runs record no load: the lab
+    measures it around the command; beside load its busbw and α-β findings give way to
+    one "not a finding" and the examples' check stays."""
+    import json
+
+    from trainscope.lab.chapters import CHAPTERS
+    from trainscope.lab.document import _beside_load
+    from trainscope.lab.runner import run_lab
+    from trainscope.lab.steps import COMMAND_LOAD
+
+    ten = [c for c in CHAPTERS if c.number == 10]
+
+    def fake_study(argv: list[str]) -> int:
+        Path(argv[argv.index("--out") + 1]).mkdir(parents=True)
+        return 0
+
+    run_lab(tmp_path / "lab", ten, quick=True, data_root=None, from_dirs=[],
+            run_study=fake_study)  # fmt: skip
+    folder = tmp_path / "lab" / "studies" / "10-collectives"
+    cpu = json.loads((folder / COMMAND_LOAD).read_text())["cpu"]
+    assert cpu["other_cores"] >= 0 and cpu["cores"] >= 1
+    found = ["every example and identity right", "all_reduce: the largest median busbw 0.7 GB/s"]
+    (folder / COMMAND_LOAD).write_text(json.dumps({"cpu": {"other_cores": 1.2, "cores": 2}}))
+    assert _beside_load(folder, found) == [
+        "every example and identity right",
+        "not a finding: other processes kept 1.2 cores busy during the command's timings",
+    ]

@@ -19,13 +19,14 @@ from trainscope.lab.chapter_runs import study_part
 from trainscope.lab.chapters import Chapter
 from trainscope.lab.makers import maker
 from trainscope.lab.runner import ChapterState, LabResult
-from trainscope.lab.steps import read_commands
+from trainscope.lab.steps import COMMAND_LOAD, read_commands, read_json
 from trainscope.records.study_dir import load_study
 from trainscope.reports.document import Document, TableBlock, escape_inline, inline_code
 from trainscope.reports.document import write_document as write_markdown_html
 from trainscope.reports.document_latex import write_latex_document
 from trainscope.reports.section import Section
 from trainscope.reports.tables import LATEX_NEEDS, Table
+from trainscope.util.load import loaded, not_a_finding
 
 STATUS_TEXT = {
     "measured": "measured here",
@@ -61,6 +62,16 @@ def _study_blocks(folder: str, plots: Path) -> tuple[Document, Section, Any]:
     return part, section, load_study(folder)
 
 
+def _beside_load(folder: Path, findings: list[str]) -> list[str]:
+    """A command chapter's findings where the lab measured other load beside it: what
+    it checked (its first finding, the examples) stays, its timings give way to one
+    "not a finding" sentence."""
+    beside = read_json(folder / COMMAND_LOAD) if (folder / COMMAND_LOAD).is_file() else None
+    if not isinstance(beside, dict) or not loaded(beside) or not findings:
+        return findings
+    return [findings[0], not_a_finding("the command's timings", [beside])]
+
+
 def _chapter(doc: Document, c: Chapter, state: ChapterState, plots: Path) -> dict[str, Table]:
     doc.heading(f"{c.number}. {c.title}", 2)
     doc.paragraph(f"**Question.** {escape_inline(c.question)}")
@@ -76,6 +87,8 @@ def _chapter(doc: Document, c: Chapter, state: ChapterState, plots: Path) -> dic
         commands = read_commands(Path(state.study_dir)) or (state.command or "").splitlines()
     else:
         part, section, study = _study_blocks(state.study_dir, chapter_plots)
+        if c.command:
+            section.findings[:] = _beside_load(Path(state.study_dir), section.findings)
         argv = study.meta.get("argv") or []
         commands = [state.command or ("trainscope " + " ".join(str(a) for a in argv[1:]))]
     if c.not_yet:

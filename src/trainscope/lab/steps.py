@@ -29,6 +29,8 @@ from trainscope.reports.section import Section
 from trainscope.runtime.threads import LoadReading
 
 STEPS_FILE = "chapter.json"
+COMMAND_LOAD = "lab-load.json"
+"""The other load beside a chapter's command (``collectives``), whose runs record none."""
 
 
 def stopped_by(code: int) -> BaseException | None:
