@@ -185,11 +185,12 @@ def section(folder: Path, doc: Document, plots: Path) -> Section:
     out = Section()
     stats: dict[str, dict[str, Spread]] = {}
     rows = []
-    unloaded: dict[str, bool] = {}
+    blind = []  # scripts whose every repeat was loaded: no figure to compare
     for s in SCRIPTS:
         every = _records(folder, s)
-        recs = _records(folder, s, clean=True)  # a loaded repeat is no evidence
-        unloaded[s] = bool(recs) or not every
+        recs = [r for r in every if not loaded(r)]  # a loaded repeat is no evidence
+        if every and not recs:
+            blind.append(not_a_finding(f"all {len(every)} repeat(s) of {s}.py", every))
         lines = len((folder / "scripts" / f"{s}.py").read_text(encoding="utf-8").splitlines())
         changed = diff_text(folder, s)[1] if s != "single" else 0
         st = {"step": spread(_median_ms(r) for r in recs),
@@ -216,10 +217,7 @@ def section(folder: Path, doc: Document, plots: Path) -> Section:
         doc.paragraph(f"From {inline_code('single.py')} to {inline_code(s + '.py')}: "
                       f"{changed} lines changed.")  # fmt: skip
         doc.code(text)
-    for s in SCRIPTS:
-        if not unloaded[s]:
-            n = len(_records(folder, s))
-            out.findings.append(not_a_finding(f"all {n} repeat(s) of {s}.py", _records(folder, s)))
+    out.findings += blind
     for s in ("dp", "ddp"):
         if stats[s]["step"].ok and stats["single"]["step"].ok:
             ref = stats["single"]["step"]

@@ -15,7 +15,7 @@ from typing import Any
 from trainscope import registry
 from trainscope.diagnosis.load_rule import RULE as LOAD_RULE
 from trainscope.errors import TrainscopeError
-from trainscope.lab.steps import MakeContext, read_json
+from trainscope.lab.steps import MakeContext, read_json, read_load
 from trainscope.records.jsonio import read_json_object
 from trainscope.records.study_dir import load_study
 from trainscope.reports.cpu import load_findings
@@ -177,8 +177,8 @@ def int8_section(folder: Path, doc: Document, plots: Path) -> Section:
     data = read_json(folder / "run" / "quantize.json")
     times = {k: spread(((data.get(k) or {}).get("eval_s") or {}).get("repeats") or [])
              for k in ("fp32", "int8")}  # fmt: skip
-    beside = read_json(folder / QUANTIZE_LOAD) if (folder / QUANTIZE_LOAD).is_file() else {}
-    if isinstance(beside, dict) and loaded(beside):
+    beside = read_load(folder / QUANTIZE_LOAD)
+    if beside is not None and loaded(beside):
         text = not_a_finding("the quantize command's fp32 and int8 evaluations", [beside])
         section.findings.append(text)
         doc.paragraph(escape_inline(text))

@@ -19,7 +19,7 @@ from trainscope.lab.chapter_runs import study_part
 from trainscope.lab.chapters import Chapter
 from trainscope.lab.makers import maker
 from trainscope.lab.runner import ChapterState, LabResult
-from trainscope.lab.steps import COMMAND_LOAD, read_commands, read_json
+from trainscope.lab.steps import COMMAND_LOAD, read_commands, read_load
 from trainscope.records.study_dir import load_study
 from trainscope.reports.document import Document, TableBlock, escape_inline, inline_code
 from trainscope.reports.document import write_document as write_markdown_html
@@ -66,8 +66,8 @@ def _beside_load(folder: Path, findings: list[str]) -> list[str]:
     """A command chapter's findings where the lab measured other load beside it: what
     it checked (its first finding, the examples) stays, its timings give way to one
     "not a finding" sentence."""
-    beside = read_json(folder / COMMAND_LOAD) if (folder / COMMAND_LOAD).is_file() else None
-    if not isinstance(beside, dict) or not loaded(beside) or not findings:
+    beside = read_load(folder / COMMAND_LOAD)
+    if beside is None or not loaded(beside) or not findings:
         return findings
     return [findings[0], not_a_finding("the command's timings", [beside])]
 

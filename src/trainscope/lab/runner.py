@@ -24,17 +24,19 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import psutil
-
-from trainscope.config import available_cpus
 from trainscope.errors import ConfigError, Terminated, TrainscopeError
 from trainscope.lab.chapters import Chapter
 from trainscope.lab.makers import maker
-from trainscope.lab.steps import COMMAND_LOAD, MakeContext, record_commands, stopped_by
+from trainscope.lab.steps import (
+    COMMAND_LOAD,
+    MakeContext,
+    load_beside,
+    record_commands,
+    stopped_by,
+)
 from trainscope.records.jsonio import TMP_PREFIX, atomic_write_json, read_json_object
 from trainscope.records.ownership import MARKER, MAX_MARKER_BYTES
 from trainscope.records.study_dir import STUDY_FILE, load_study
-from trainscope.runtime.threads import LoadReading
 from trainscope.util.textsafe import one_line
 from trainscope.version import __version__
 
@@ -276,12 +278,8 @@ def _one_chapter(
     argv = [*c.argv(quick, data_root, fit_dir), "--out", str(folder), "-q"]
     command = "trainscope " + " ".join(shlex.quote(a) for a in argv)
     say(f"chapter {c.number}: {c.title}: {command}")
-    start = LoadReading.take(psutil.Process(), None)
-    code = run_study(argv)
-    if c.command and folder.is_dir():  # a command (not a study): its runs record no load
-        other = LoadReading.take(psutil.Process(), None).other_since(start)
-        atomic_write_json(folder / COMMAND_LOAD, {"cpu": {"other_cores": other,
-                                                          "cores": available_cpus()}})  # fmt: skip
+    with load_beside(folder / COMMAND_LOAD if c.command else None):  # a command's runs
+        code = run_study(argv)  # record no load of their own (a study's do)
     stop = stopped_by(code)
     if stop is not None:
         raise stop

@@ -14,7 +14,7 @@ import io
 import json
 import shlex
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,13 +78,9 @@ class MakeContext:
             return
         self.say(f"  {self.commands[-1]}")
         out = io.StringIO()
-        start = LoadReading.take(psutil.Process(), None)
         with contextlib.redirect_stdout(out) if capture else contextlib.nullcontext():
-            code = self.run_command(argv)
-        if load is not None:
-            other = LoadReading.take(psutil.Process(), None).other_since(start)
-            cpu = {"other_cores": other, "cores": available_cpus(), "method": "the lab's"}
-            atomic_write_json(load, {"cpu": cpu})
+            with load_beside(load):
+                code = self.run_command(argv)
         stop = stopped_by(code)
         if stop is not None:
             raise stop
@@ -92,6 +88,24 @@ class MakeContext:
             raise TrainscopeError(f"`{self.commands[-1]}` exited with status {code}")
         if capture is not None:
             capture.write_text(out.getvalue(), encoding="utf-8")
+
+
+@contextlib.contextmanager
+def load_beside(path: Path | None) -> Iterator[None]:
+    """Over the block (a command run by the lab, its processes this one's children), the
+    cores other processes kept busy, written to ``path`` as the ``cpu`` section runs have
+    (trainscope.util.load reads it); nothing where ``path`` is None."""
+    start = LoadReading.take(psutil.Process(), None) if path is not None else None
+    yield
+    if path is not None and start is not None and path.parent.is_dir():
+        other = LoadReading.take(psutil.Process(), None).other_since(start)
+        atomic_write_json(path, {"cpu": {"other_cores": other, "cores": available_cpus()}})
+
+
+def read_load(path: Path) -> dict[str, Any] | None:
+    """What :func:`load_beside` wrote (None where nothing was)."""
+    data = read_json(path) if path.is_file() else None
+    return data if isinstance(data, dict) else None
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,7 @@ def _mode_rows(
     summaries: list[dict[str, Any]] = []
     over: set[int] = set()  # process counts that did not fit the core budget
     invalid: dict[int, str] = {}  # process counts whose speed-up breaks a physical bound
+    blind: dict[int, str] = {}  # process counts measured only under other load
     for cfg in study.configs():
         if cfg.labels.get("mode") != mode:
             continue
@@ -71,7 +72,7 @@ def _mode_rows(
         summaries += recs
         if not recs and (loaded := study.loaded(cfg.config)):  # load left no evidence
             every = [r.summary for r in loaded]
-            invalid[n] = not_a_finding(f"all {len(every)} repeat(s) of {cfg.config}", every)
+            blind[n] = not_a_finding(f"all {len(every)} repeat(s) of {cfg.config}", every)
         st = steps[n] = spread(step_ms(s) for s in recs)
         rate = spread(s.get("samples_per_s") for s in recs)
         fixed = spread(fixed_share(s) for s in recs)
@@ -95,21 +96,24 @@ def _mode_rows(
             continue
         noise = "" if n == 1 or differ(base, st) else f" ({_why_no_claim(base, st)})"
         row[5], row[6] = f"{speed:.2f}x{noise}", f"{100 * eff:.0f}%"
-    return rows, steps, summaries, over, invalid
+    return rows, steps, summaries, over, invalid, blind
 
 
 def _why_no_claim(a: Spread, b: Spread) -> str:
     return "too few repeats" if min(a.n, b.n) < MIN_N_TO_CLAIM else "spreads overlap"
 
 
-def _finding(mode: str, row: list[Any], one: list[Any], over: bool, invalid: str | None) -> str:
+def _finding(
+    mode: str, row: list[Any], one: list[Any], over: bool, invalid: str | None,
+    blind: str | None = None,
+) -> str:  # fmt: skip
     """One sentence on a process count against one process."""
     n = str(row[0]).split()[0]
     if over:
         return (f"{mode} scaling on {n} processes: more processes than the core budget "
                 "(oversubscribed): shown, not compared.")  # fmt: skip
-    if invalid and invalid.startswith("not a finding"):  # under load: no figure to quote
-        return f"{mode} scaling on {n} processes: {invalid}."
+    if blind:  # measured only under other load (this count's or the baseline's)
+        return f"{mode} scaling on {n} processes: {blind}."
     if row[3] == MISSING:
         return f"{mode} scaling on {n} processes: no steady-state step measured."
     if invalid:
@@ -163,7 +167,7 @@ def scaling_sections(study: StudyRecord, doc: Document, plots: Path) -> Section:
     drawn: dict[str, tuple[dict[int, Spread], set[int]]] = {}
     for mode in study.plan.options.get("modes") or []:
         doc.heading(f"{mode.capitalize()} scaling ({strategy})", 3)
-        rows, steps, summaries, over, invalid = _mode_rows(study, mode)
+        rows, steps, summaries, over, invalid, blind = _mode_rows(study, mode)
         ideal = "1/n of one process's" if mode == "strong" else "one process's"
         table = Table(
             ["Processes", "Global batch", "n", "Step (ms)", "Samples/s", "Speed-up",
@@ -180,12 +184,12 @@ def scaling_sections(study: StudyRecord, doc: Document, plots: Path) -> Section:
         doc.table(table)
         for row in rows[1:]:
             n = int(str(row[0]).split()[0])
-            blind = invalid.get(n) or (invalid.get(1) if rows[0][3] == MISSING else None)
-            text = _finding(mode, row, rows[0], n in over, blind)
+            loaded = blind.get(n) or blind.get(1)
+            text = _finding(mode, row, rows[0], n in over, invalid.get(n), loaded)
             section.findings.append(text)
             doc.paragraph(escape_inline(text))
         _projection(doc, section, study, mode, steps, summaries)
-        drawn[mode] = (steps, over | set(invalid))
+        drawn[mode] = (steps, over | set(invalid) | set(blind))
     _speedup_figure(drawn, doc, plots)
     return section
 
