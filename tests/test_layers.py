@@ -53,6 +53,7 @@ HELP_MODULES = {
     "trainscope.cli.commands",
     "trainscope.cli.doctor",
     "trainscope.cli.lab",
+    "trainscope.cli.profile",
     "trainscope.cli.slurm",
     "trainscope.cli.flags",
     "trainscope.collectives",

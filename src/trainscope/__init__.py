@@ -30,4 +30,12 @@ def doctor(*args: Any, **kwargs: Any) -> Any:
     return _doctor(*args, **kwargs)
 
 
-__all__ = ["__version__", "doctor", "report", "run"]
+def profile(*args: Any, **kwargs: Any) -> Any:
+    """Measure the training code in a ``with`` block as ``trainscope profile`` measures a
+    script; see :func:`trainscope.script.profile.profile`."""
+    from trainscope.script.profile import profile as _profile
+
+    return _profile(*args, **kwargs)
+
+
+__all__ = ["__version__", "doctor", "profile", "report", "run"]

@@ -40,7 +40,7 @@ def test_a_script_given_to_run_says_how_scripts_are_measured(
     for argv in (["run", "train.py"], ["run", "--epochs", "2", "train.py", "--lr", "0.1"]):
         _, line = refused(capsys, *argv)
         assert "train.py" in line and "--workload module:factory" in line, line
-        assert "trainscope profile" in line and "not available yet" in line, line
+        assert "trainscope profile -- train.py" in line, line
     assert not (isolated_cli / "runs").exists()
     # Anything else unrecognised is still argparse's own one line.
     _, line = refused(capsys, "run", "--no-such-flag")

@@ -29,6 +29,8 @@ from trainscope.cli.flags import (
     refuse_what_the_study_sets,
 )
 from trainscope.cli.lab import add_parser as add_lab_parser
+from trainscope.cli.profile import add_parser as add_profile_parser
+from trainscope.cli.profile import split_argv as split_profile_argv
 from trainscope.cli.slurm import add_parser as add_slurm_parser
 from trainscope.collectives import cli as collectives_cli
 from trainscope.config import deletion_only_from_command_line, resolve, safe_load_yaml, show
@@ -75,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p_run.add_argument("--no-progress", action="store_true", help="no progress bars")
     p_run.add_argument("--quiet", "-q", action="store_true", help="print errors only")
+    add_profile_parser(sub)  # your own script, unchanged
 
     _add_study_parser(sub)
     add_slurm_parser(sub, _add_run_flags, overrides_from_args)
@@ -477,7 +480,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     from trainscope.train.failures import machine_cause
 
     parser = build_parser()
-    args, extras = parser.parse_known_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words[:1] == ["profile"]:  # the script's own command line is not parsed here
+        own, script = split_profile_argv(words[1:])
+        args, extras = parser.parse_known_args(["profile", *own])
+        args.target = script
+    else:
+        args, extras = parser.parse_known_args(words)
     if extras:
         _refuse_extras(parser, args, extras)
     # --threads auto reads the other load from here to the run (a window that costs no
@@ -541,9 +550,9 @@ def _refuse_extras(parser: argparse.ArgumentParser, args: argparse.Namespace,
     script = next((w for w in extras if not w.startswith("-")), None)
     if args.command == "run" and script is not None:
         parser.error(
-            f"run takes no script ({script}): a script is measured today through a workload "
-            "factory, --workload module:factory (docs/workloads.md); `trainscope profile -- "
-            "SCRIPT` is planned and not available yet"
+            f"run takes no script ({script}): measure a script as it is with `trainscope "
+            f"profile -- {script}`, or train it in trainscope's loop through a workload "
+            "factory, --workload module:factory (docs/workloads.md)"
         )
     parser.error(f"unrecognized arguments: {' '.join(extras)}")
 

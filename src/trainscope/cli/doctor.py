@@ -106,7 +106,10 @@ def _lines(diagnosis: Any) -> list[str]:
         out += [f"   note: {n}" for n in f.notes]
         if f.numerics:
             out.append("   changes numerics: compare the loss at the same step")
-        out.append(f"   fix: {f.command}" if f.command else "   fix: no flag changes it")
+        if f.command:
+            out.append(f"   fix: {f.command}")
+        elif not (f.fix and diagnosis.script):
+            out.append("   fix: no flag changes it")
     if diagnosis.unread:
         out.append("Could not read (left out of the diagnosis): " + "; ".join(diagnosis.unread))
     return [terminal_text(line) for line in out]
@@ -149,6 +152,12 @@ def _apply(args: argparse.Namespace, diagnosis: Any) -> int:
         raise ConfigError(
             f"--steps must be 1..{MAX_STEPS} and --repeats 1..{MAX_REPEATS}, got "
             f"{args.steps} and {args.repeats}"
+        )
+    if diagnosis.script:
+        raise ConfigError(
+            f"{diagnosis.run_dir} is a script's run (trainscope profile): its fixes are "
+            "changes to the script's code, listed with each finding; --apply re-runs "
+            "configurations trainscope itself trains"
         )
     if not any(f.fix for f in diagnosis.findings):
         print(_lines(diagnosis)[0] + "\nNo finding has a fix to apply: nothing re-run.")

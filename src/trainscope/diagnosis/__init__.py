@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from trainscope.diagnosis.facts import RunFacts, facts_of, read_facts
-from trainscope.diagnosis.findings import Finding, fix_command, rank
+from trainscope.diagnosis.findings import Finding, fix_command, rank, script_change
 from trainscope.diagnosis.rules import RULES
 from trainscope.records.run_dir import RunRecord
 
@@ -27,6 +27,8 @@ class Diagnosis:
     steps: int
     findings: list[Finding] = field(default_factory=list)
     unread: list[str] = field(default_factory=list)
+    script: bool = False
+    """A run of the user's own script: fixes are code changes (no commands, no --apply)."""
 
     def as_list(self) -> list[dict[str, Any]]:
         """The findings as ``--json`` prints them."""
@@ -64,7 +66,12 @@ def diagnosis_of(facts: RunFacts) -> Diagnosis:
     for name, rule in RULES.items():
         finding = rule(facts)
         if finding is not None:
-            finding.command = fix_command(facts.path, name, finding.fix)
+            if facts.is_script and finding.fix:  # no config to add flags to: code changes
+                finding.notes.append(
+                    f"in the script, this is a code change: {script_change(finding.fix)}"
+                )
+            else:
+                finding.command = fix_command(facts.path, name, finding.fix)
             found.append(finding)
     steps = facts.summary.get("steps")
     return Diagnosis(
@@ -73,6 +80,7 @@ def diagnosis_of(facts: RunFacts) -> Diagnosis:
         steps if isinstance(steps, int) else 0,
         rank(found),
         facts.unread,
+        facts.is_script,
     )
 
 

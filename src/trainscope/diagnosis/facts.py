@@ -52,6 +52,12 @@ class RunFacts:
     link_where: str = ""
     """Where the fits come from, in a few words."""
 
+    @property
+    def is_script(self) -> bool:
+        """A run of the user's own code (``trainscope profile``): its fixes are changes
+        to that code, not flags."""
+        return is_script_record(self.summary)
+
     def setting(self, section: str, key: str, default: Any = None) -> Any:
         """A value of the run's config.yaml (``default`` when it is not there)."""
         part = self.config.get(section)
@@ -140,6 +146,33 @@ def read_facts(run_dir: str | Path) -> RunFacts:
         return facts_of(load_run(run_dir))
 
 
+SCRIPT_KINDS = ("script", "module", "python")
+"""``source.kind`` of a run of the user's own code (trainscope profile, trainscope.profile)."""
+
+
+def is_script_record(summary: dict[str, Any]) -> bool:
+    """Whether ``summary`` is a script run's (its ``source`` says so)."""
+    source = summary.get("source")
+    return isinstance(source, dict) and source.get("kind") in SCRIPT_KINDS
+
+
+def script_config(summary: dict[str, Any]) -> dict[str, Any]:
+    """What a script run's hooks saw, in config.yaml's terms, for the rules that read a
+    setting: its first optimizer (name, fused or foreach) and its training DataLoader."""
+    script = summary.get("script") if isinstance(summary.get("script"), dict) else {}
+    optimizers = [o for o in script.get("optimizers") or [] if isinstance(o, dict)]
+    loaders = [x for x in script.get("loaders") or [] if isinstance(x, dict) and x.get("training")]
+    train: dict[str, Any] = {}
+    if optimizers:
+        first = optimizers[0]
+        impl = "fused" if first.get("fused") else "foreach" if first.get("foreach") else "auto"
+        train = {"optimizer": str(first.get("name", "")).lower(), "optimizer_impl": impl}
+    data: dict[str, Any] = {"loader": "torch" if loaders else "script"}
+    if loaders:
+        data["pin_memory"] = bool(loaders[0].get("pin_memory"))
+    return {"train": train, "data": data}
+
+
 def facts_of(record: RunRecord) -> RunFacts:
     """The figures of a run record already read (the run report's)."""
     run_dir = record.path
@@ -158,7 +191,10 @@ def facts_of(record: RunRecord) -> RunFacts:
     wall = _seconds(record.summary.get("wall_time_s"))
     if wall is None:
         unread.append("the run's wall time (summary.json wall_time_s)")
+    config = record.config
+    if not config and is_script_record(record.summary):
+        config = script_config(record.summary)
     return RunFacts(
-        Path(run_dir), record.summary, record.config, step_s, stages, totals_s, wall,
+        Path(run_dir), record.summary, config, step_s, stages, totals_s, wall,
         _losses(record), unread, record.events("step"), record.env, record.system,
     )  # fmt: skip

@@ -175,6 +175,36 @@ def fix_command(run_dir: Path, rule: str, fix: dict[str, Any]) -> str:
     return shlex.join([*args, "--out", str(out)])
 
 
+# What each fix flag means in a script of one's own: the code change that does the same.
+SCRIPT_CHANGES = {
+    "--num-workers": "DataLoader(..., num_workers={v})",
+    "--pin-memory": "DataLoader(..., pin_memory=True)",
+    "--optimizer-impl": "the optimizer built with {v}=True (torch.optim.AdamW(..., {v}=True))",
+    "--eval-every": "evaluate half as often",
+    "--checkpoint-every": "save checkpoints a quarter as often",
+    "--batch-size": "a batch size of {v} (and a learning rate to match)",
+    "--precision": "torch.autocast(device_type, dtype=torch.{v_dtype}) around the forward and loss",
+    "--checkpointing": "torch.utils.checkpoint around the model's blocks",
+    "--compile": "model = torch.compile(model)",
+    "--lr": "a learning rate of {v}",
+    "--threads": "torch.set_num_threads({v}) (or trainscope profile --threads {v})",
+}
+_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
+
+
+def script_change(fix: dict[str, Any]) -> str:
+    """A fix's flags as the change to make in a script (``trainscope profile`` runs have
+    no config to add flags to)."""
+    parts = []
+    for flag, value in fix.items():
+        text = SCRIPT_CHANGES.get(flag)
+        if text is None:
+            parts.append(f"the script's equivalent of {' '.join(fix_flags({flag: value}))}")
+        else:
+            parts.append(text.format(v=value, v_dtype=_DTYPES.get(str(value), value)))
+    return "; ".join(parts)
+
+
 def fix_flags(fix: dict[str, Any]) -> list[str]:
     """A fix as command-line arguments (``--pin-memory``, ``--num-workers auto``)."""
     args: list[str] = []

@@ -1,0 +1,472 @@
+"""What trainscope sees of a script it did not write: torch's public hooks, onto the clock.
+
+:class:`ScriptHooks` installs, for the time of a run and nothing longer:
+
+- a global module forward pre-hook and forward hook (``always_call``): the *outermost*
+  module call is a stage — ``forward`` when gradients are on and the module trains,
+  ``evaluation`` when gradients are off or the module is in eval mode (unless another
+  model that trains is in train mode: a frozen teacher's forward is part of the step);
+- global optimizer step pre- and post-hooks: ``optimizer``; the step of the *leading*
+  optimizer (the one that has stepped most often, the first one on a tie) ends a
+  training step. ``zero_grad`` (the optimizer's and the module's) counts as ``optimizer``;
+- ``torch.autograd.backward`` (``loss.backward()`` calls it) and ``torch.autograd.grad``:
+  ``backward``; a one-element tensor given to it is the step's loss (GradScaler's scaled
+  loss is read back unscaled);
+- DataLoader iterators (creating one starts its workers; ``next`` blocks until a batch
+  is there): ``data_wait``, or ``evaluation`` in an evaluation context;
+- ``torch.save`` and safetensors' ``save_file``: ``checkpoint``.
+
+Functions and methods replaced here are put back by :meth:`ScriptHooks.remove`, exactly
+as they were. Nothing in the script is changed.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.optim.optimizer as optim_hooks
+import torch.utils.data.dataloader as dataloader
+from torch import nn
+
+from trainscope.profiling.memory import SavedActivations, optimizer_state_tensors, tensor_bytes
+from trainscope.script.clock import STEP_STAGES, StageClock
+
+MAX_TRACKED = 16
+"""Models, optimizers and loaders kept track of at most (a script that builds thousands
+costs no more memory here than one that builds a few)."""
+
+
+class StepLimit(BaseException):
+    """``--steps N`` reached: the script is ended at the start of its next step.
+
+    A BaseException, like KeyboardInterrupt, so that no ``except Exception`` in the
+    script swallows it."""
+
+    def __init__(self, steps: int) -> None:
+        super().__init__(f"stopped after {steps} training step(s) (--steps {steps})")
+        self.steps = steps
+
+
+class CudaTicks:
+    """Boundary tokens on CUDA: a host reading and an event on the current stream. Two
+    tokens that both carry events are the GPU's time between them (no synchronize until
+    they are read); a host-only token (from before the first CUDA forward) counts host
+    time."""
+
+    kind = "cuda_events"
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
+    def tick(self) -> Any:
+        ev = torch.cuda.Event(enable_timing=True)
+        ev.record(torch.cuda.current_stream(self.device))
+        return (time.perf_counter(), ev)
+
+    def host(self, token: Any) -> float:
+        return token[0] if isinstance(token, tuple) else token
+
+    def seconds(self, start: Any, end: Any) -> float:
+        if isinstance(start, tuple) and isinstance(end, tuple):
+            return start[1].elapsed_time(end[1]) / 1000.0
+        return self.host(end) - self.host(start)
+
+    def ready(self, token: Any, block: bool) -> bool:
+        if not isinstance(token, tuple):
+            return True
+        if block:
+            token[1].synchronize()
+            return True
+        return bool(token[1].query())
+
+
+def _first_tensor(obj: Any, depth: int = 0) -> torch.Tensor | None:
+    """The first tensor in a batch (a tensor, or nested in a tuple, list or dict)."""
+    if isinstance(obj, torch.Tensor):
+        return obj
+    if depth > 3:
+        return None
+    items = obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (list, tuple)) else ()
+    for item in items:
+        found = _first_tensor(item, depth + 1)
+        if found is not None:
+            return found
+    return None
+
+
+def _batch_size(obj: Any) -> int:
+    t = _first_tensor(obj)
+    return int(t.shape[0]) if t is not None and t.dim() > 0 else 0
+
+
+class ScriptHooks:
+    """The hooks of one script run (see module docs); :meth:`install`, then :meth:`remove`."""
+
+    def __init__(
+        self,
+        clock: StageClock,
+        *,
+        on_steps: Callable[[list[dict[str, Any]]], None],
+        log_every: int = 10,
+        max_steps: int | None = None,
+        memory_at: int = 2,
+    ) -> None:
+        self.clock = clock
+        self.on_steps = on_steps
+        self.log_every = max(1, log_every)
+        self.max_steps = max_steps
+        self.memory_at = memory_at
+        self.roots: list[nn.Module] = []  # models seen training, first one first
+        self._checked: set[int] = set()
+        self.optimizers: list[torch.optim.Optimizer] = []
+        self._counts: dict[int, int] = {}
+        self.loaders: dict[int, dict[str, Any]] = {}
+        self.device: torch.device | None = None
+        self.autocast: str | None = None
+        self.param_dtype: str | None = None
+        self._depth = 0
+        self._forwards: list[tuple[str, bool]] = []
+        self._steps_left = 0  # step boundaries not yet resolved
+        self._loader_samples = False  # the step under way got samples from a DataLoader
+        self._unscaled: weakref.WeakValueDictionary[int, torch.Tensor] = (
+            weakref.WeakValueDictionary()
+        )
+        self._saved: SavedActivations | None = None
+        self._grad_bytes: int | None = None
+        self.memory: dict[str, Any] = {}
+        self.memory_error: str | None = None
+        self._handles: list[Any] = []
+        self._patched: list[tuple[Any, str, Any]] = []
+
+    # --- install / remove ----------------------------------------------------------------
+
+    def install(self) -> ScriptHooks:
+        """Register the hooks and wrap the functions (see module docs)."""
+        from torch.nn.modules import module as nn_module
+
+        self._handles += [
+            nn_module.register_module_forward_pre_hook(self._forward_pre),
+            nn_module.register_module_forward_hook(self._forward_post, always_call=True),
+            optim_hooks.register_optimizer_step_pre_hook(self._step_pre),
+            optim_hooks.register_optimizer_step_post_hook(self._step_post),
+        ]
+        self._wrap(torch.autograd, "backward", self._timed_backward)
+        self._wrap(torch.autograd, "grad", self._timed_backward)
+        self._wrap(torch.optim.Optimizer, "zero_grad", self._timed("optimizer"))
+        self._wrap(nn.Module, "zero_grad", self._timed("optimizer"))
+        self._wrap(dataloader._BaseDataLoaderIter, "__next__", self._timed_next)
+        self._wrap(dataloader.DataLoader, "__iter__", self._timed_iter)
+        self._wrap(torch, "save", self._timed("checkpoint"))
+        self._wrap(torch.amp.GradScaler, "scale", self._remember_unscaled)
+        try:
+            import safetensors.torch as st
+        except ImportError:  # no safetensors: torch.save is every save there is
+            pass
+        else:
+            self._wrap(st, "save_file", self._timed("checkpoint"))
+            self._wrap(st, "save_model", self._timed("checkpoint"))
+        return self
+
+    def _wrap(self, owner: Any, name: str, make: Callable[[Any], Any]) -> None:
+        original = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
+        self._patched.append((owner, name, original))
+        wrapped = make(original)
+        for attr in ("__name__", "__qualname__", "__doc__", "__module__"):
+            try:
+                setattr(wrapped, attr, getattr(original, attr))
+            except (AttributeError, TypeError):
+                pass
+        wrapped.__wrapped__ = original
+        setattr(owner, name, wrapped)
+
+    def remove(self) -> None:
+        """Every hook removed and every function put back (last wrapped, first restored)."""
+        self._stop_memory_probe()
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        for owner, name, original in reversed(self._patched):
+            setattr(owner, name, original)
+        self._patched.clear()
+
+    # --- what a call is ------------------------------------------------------------------
+
+    def _trains(self, module: nn.Module) -> bool:
+        """A model with trainable parameters, called with gradients on in train mode: it
+        becomes one of the models the run trains (its first call sets the device)."""
+        if id(module) not in self._checked and len(self._checked) < 4 * MAX_TRACKED:
+            self._checked.add(id(module))
+            param = next((p for p in module.parameters() if p.requires_grad), None)
+            if param is not None and len(self.roots) < MAX_TRACKED:
+                self.roots.append(module)
+                if self.device is None:
+                    self._first_model(param)
+        return any(r is module for r in self.roots)
+
+    def _first_model(self, param: torch.Tensor) -> None:
+        self.device = param.device
+        self.param_dtype = str(param.dtype).replace("torch.", "")
+        kind = param.device.type
+        if torch.is_autocast_enabled(kind):
+            self.autocast = str(torch.get_autocast_dtype(kind)).replace("torch.", "")
+        if kind == "cuda":  # from here on, boundaries are CUDA events (see CudaTicks)
+            self.clock.ticks = CudaTicks(param.device)
+
+    def _forward_kind(self, module: nn.Module) -> str:
+        grad = torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
+        if grad and module.training:
+            self._trains(module)
+            return "forward"
+        if any(r is not module and r.training for r in self.roots):
+            return "forward"  # a frozen model's call inside a step of one that trains
+        return "evaluation"
+
+    def _evaluating(self) -> bool:
+        """A batch fetched now is an evaluation's: gradients are off, or every model the
+        run trains is in eval mode."""
+        if not torch.is_grad_enabled() or torch.is_inference_mode_enabled():
+            return True
+        return bool(self.roots) and not any(r.training for r in self.roots)
+
+    def _check_limit(self, stage: str) -> None:
+        """``--steps N``: the next training stage after N steps ends the script."""
+        if self.max_steps is not None and stage in STEP_STAGES:
+            if self.clock.steps_done >= self.max_steps:
+                raise StepLimit(self.max_steps)
+
+    # --- the hooks -----------------------------------------------------------------------
+
+    def _forward_pre(self, module: nn.Module, args: tuple[Any, ...]) -> None:
+        self._depth += 1
+        if self._depth != 1:
+            return
+        self._forwards.append(("", False))  # popped by _forward_post, even if this raises
+        stage = self._forward_kind(module)
+        self._check_limit(stage)
+        entered = self.clock.enter(stage)
+        self._forwards[-1] = (stage, entered)
+        if stage == "forward" and entered and self.roots and module is self.roots[0]:
+            self.clock.add_micro()
+            if not self._loader_samples:  # no DataLoader batch: the model's input says
+                self.clock.add_samples(_batch_size(args))
+            self._start_memory_probe()
+
+    def _forward_post(self, module: nn.Module, args: Any, output: Any) -> None:
+        self._depth -= 1
+        if self._depth != 0:
+            self._depth = max(self._depth, 0)
+            return
+        if self._forwards:
+            stage, entered = self._forwards.pop()
+            if entered:
+                self.clock.leave(stage)
+
+    def _step_pre(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        self._check_limit("optimizer")
+        if not any(o is opt for o in self.optimizers) and len(self.optimizers) < MAX_TRACKED:
+            self.optimizers.append(opt)
+            self._counts[id(opt)] = 0
+        if self._saved is not None and opt is self._leader(after=opt):
+            params = (p for g in opt.param_groups for p in g["params"])
+            self._grad_bytes = tensor_bytes(p.grad for p in params if p.grad is not None)
+        opt._trainscope_entered = self.clock.enter("optimizer")  # type: ignore[attr-defined]
+
+    def _step_post(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if getattr(opt, "_trainscope_entered", False):
+            self.clock.leave("optimizer")
+            opt._trainscope_entered = False  # type: ignore[attr-defined]
+        if id(opt) not in self._counts:
+            return
+        self._counts[id(opt)] += 1
+        if opt is not self._leader():
+            return
+        self._stop_memory_probe(finished=True)
+        self.clock.step_end(self.optimizer_counts())
+        self._loader_samples = False
+        self._steps_left += 1
+        if self._steps_left >= self.log_every:
+            self.flush(block=True)
+
+    def _leader(self, after: Any = None) -> Any:
+        """The optimizer that has stepped most often (the first on a tie); ``after``: as
+        it will be once ``after`` has taken the step it is about to take."""
+        best, most = None, -1
+        for opt in self.optimizers:
+            n = self._counts.get(id(opt), 0) + (opt is after)
+            if n > most:
+                best, most = opt, n
+        return best
+
+    def optimizer_counts(self) -> dict[str, int]:
+        """Steps each optimizer took: ``"0: AdamW"`` -> count, in the order first seen."""
+        return {f"{i}: {type(o).__name__}": self._counts.get(id(o), 0)
+                for i, o in enumerate(self.optimizers)}  # fmt: skip
+
+    def optimizer_rows(self) -> list[dict[str, Any]]:
+        """Each optimizer seen: its class, steps, first group's lr, fused / foreach."""
+        rows = []
+        for opt in self.optimizers:
+            lr = opt.param_groups[0].get("lr") if opt.param_groups else None
+            rows.append({
+                "name": type(opt).__name__,
+                "steps": self._counts.get(id(opt), 0),
+                "lr": float(lr) if isinstance(lr, (int, float, torch.Tensor)) else None,
+                "fused": bool(opt.defaults.get("fused")),
+                "foreach": bool(opt.defaults.get("foreach")),
+            })  # fmt: skip
+        return rows
+
+    def _timed(self, stage: str) -> Callable[[Any], Any]:
+        def make(original: Any) -> Any:
+            def timed(*args: Any, **kwargs: Any) -> Any:
+                self._check_limit(stage)
+                entered = self.clock.enter(stage)
+                try:
+                    return original(*args, **kwargs)
+                finally:
+                    if entered:
+                        self.clock.leave(stage)
+
+            return timed
+
+        return make
+
+    def _timed_backward(self, original: Any) -> Any:
+        def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+            self._check_limit("backward")
+            entered = self.clock.enter("backward")
+            if entered and isinstance(tensors, torch.Tensor) and tensors.numel() == 1:
+                loss = self._unscaled.get(id(tensors), tensors)
+                self.clock.add_loss(loss.detach())
+            try:
+                return original(tensors, *args, **kwargs)
+            finally:
+                if entered:
+                    self.clock.leave("backward")
+
+        return backward
+
+    def _remember_unscaled(self, original: Any) -> Any:
+        def scale(scaler: Any, outputs: Any) -> Any:
+            out = original(scaler, outputs)
+            if isinstance(out, torch.Tensor) and isinstance(outputs, torch.Tensor):
+                out._trainscope_unscaled = outputs.detach()  # lives as long as ``out``
+                self._unscaled[id(out)] = out._trainscope_unscaled
+            return out
+
+        return scale
+
+    def _fetch(self, original: Any, it: Any, creating: bool) -> Any:
+        stage = "evaluation" if self._evaluating() else "data_wait"
+        self._check_limit(stage)
+        entered = self.clock.enter(stage)
+        try:
+            out = original(it)
+        finally:
+            if entered:
+                self.clock.leave(stage)
+        if stage == "data_wait" and not creating:
+            n = _batch_size(out)
+            if n:
+                self.clock.add_samples(n)
+                self._loader_samples = True
+        return out
+
+    def _timed_next(self, original: Any) -> Any:
+        def __next__(it: Any) -> Any:
+            return self._fetch(original, it, creating=False)
+
+        return __next__
+
+    def _timed_iter(self, original: Any) -> Any:
+        def __iter__(loader: Any) -> Any:
+            if len(self.loaders) < MAX_TRACKED and id(loader) not in self.loaders:
+                self.loaders[id(loader)] = {
+                    "num_workers": loader.num_workers,
+                    "batch_size": loader.batch_size,
+                    "pin_memory": bool(loader.pin_memory),
+                    "training": not self._evaluating(),
+                }
+            return self._fetch(original, loader, creating=True)
+
+        return __iter__
+
+    # --- step records --------------------------------------------------------------------
+
+    def flush(self, block: bool = True) -> None:
+        """Resolve the finished steps, read their losses in one go, hand the records on."""
+        records = self.clock.resolve(block=block)
+        self._steps_left -= len(records)
+        if not records:
+            return
+        losses = [loss for r in records for loss in r["losses"]]
+        values = iter(torch.stack([x.float().reshape(()) for x in losses]).cpu().tolist()
+                      if losses else [])  # fmt: skip
+        for r in records:
+            read = [next(values) for _ in r.pop("losses")]
+            r["loss"] = sum(read) if read else None
+        self.on_steps(records)
+
+    # --- the memory probe ----------------------------------------------------------------
+
+    def _start_memory_probe(self) -> None:
+        """On the probe step's first training forward: count what autograd saves."""
+        if self._saved is not None or self.memory or self.clock.steps_done != self.memory_at - 1:
+            return
+        model = self.roots[0] if len(self.roots) == 1 else nn.ModuleList(self.roots)
+        try:
+            self._saved = SavedActivations(model).__enter__()
+        except Exception as e:  # the probe must never break the script
+            self.memory_error = f"{type(e).__name__}: {e}"
+            self._saved = None
+
+    def _stop_memory_probe(self, finished: bool = False) -> None:
+        saved, self._saved = self._saved, None
+        if saved is None:
+            return
+        saved.__exit__(None, None, None)
+        if not finished:
+            return
+        models = [p for r in self.roots for p in r.parameters()]
+        buffers = [b for r in self.roots for b in r.buffers()]
+        act = saved.count
+        self.memory = {
+            "step": self.clock.steps_done + 1,
+            "parameters_bytes": tensor_bytes(models),
+            "buffers_bytes": tensor_bytes(buffers),
+            "gradients_bytes": self._grad_bytes,
+            "optimizer_states_bytes": tensor_bytes(
+                t for o in self.optimizers for t in optimizer_state_tensors(o)
+            ),
+            "activations_bytes": act.total_bytes,
+            "activations": {
+                "saved_by_autograd_bytes": act.saved_by_autograd_bytes,
+                "selective_saved_bytes": act.selective_saved_bytes,
+                "autocast_weight_copies_bytes": act.autocast_weight_copies_bytes,
+                "storages": act.tensors,
+                "peak_in_flight_bytes": act.peak_in_flight_bytes,
+            },
+        }
+
+    def memory_section(self, method: str) -> dict[str, Any]:
+        """The ``memory`` section: what the probe step held, as a native run's."""
+        f = self.memory
+        if not f:
+            why = self.memory_error or f"no training step {self.memory_at} was seen"
+            return {"method": method, "note": f"{why}: nothing counted"}
+        states = [f["parameters_bytes"], f["gradients_bytes"] or 0, f["optimizer_states_bytes"]]
+        return {
+            "method": method,
+            **f,
+            "model_states_bytes": sum(states),
+            "total_bytes": sum(states) + f["buffers_bytes"] + f["activations_bytes"],
+            "models": len(self.roots),
+            "optimizers": len(self.optimizers),
+        }
+
+
+__all__ = ["MAX_TRACKED", "CudaTicks", "ScriptHooks", "StepLimit"]
