@@ -309,3 +309,20 @@ def test_the_python_api_measures_a_block(here: Path) -> None:
     from torch.nn.modules import module as nn_module
 
     assert not nn_module._global_forward_pre_hooks
+
+
+def test_a_compiled_model_is_measured_and_its_graph_left_alone(here: Path) -> None:
+    script = write(here, "compiled.py", """
+        import torch
+        from torch import nn
+        model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+        fast = torch.compile(model, backend="eager")  # dynamo's tracing, no inductor
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        for _ in range(4):
+            fast(torch.randn(3, 4)).sum().backward()
+            opt.step(); opt.zero_grad()
+    """)
+    assert profile("-q", "--out", "run", str(script)) == 0
+    s = summary(here / "run")
+    assert s["status"] == "completed" and s["steps"] == 4
+    assert s["stages_s"]["forward"] > 0 and s["memory"]["parameters_bytes"] == (40 + 9) * 4

@@ -157,7 +157,9 @@ def _launch(args: argparse.Namespace, target: Any) -> int:
         if value is not None:
             own += [flag, str(value)]
     command = ["-m", target.name] if target.kind == "module" else [target.name]
-    result = launch_command(DistConfig(nproc=args.nproc), [*own, "--", *command, *target.args])
+    # The strategy is the script's own; DistConfig asks for a multi-process one to launch.
+    launch = DistConfig(strategy="ddp", nproc=args.nproc)
+    result = launch_command(launch, [*own, "--", *command, *target.args])
     summary = try_json_object(Path(out) / "summary.json")
     if summary is not None and not args.quiet:
         RunConsole(enabled=True, progress=False).finish(summary, Path(out))

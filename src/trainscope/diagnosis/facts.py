@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from trainscope.records.run_dir import STAGES, RecordWarning, RunRecord, load_run
+from trainscope.records.source import is_script_record
 from trainscope.util.spread import Spread, spread
 
 STEP_STAGES = ("data_wait", "h2d", "forward", "backward", "comm", "pipeline_wait", "optimizer")
@@ -144,16 +145,6 @@ def read_facts(run_dir: str | Path) -> RunFacts:
     with warnings.catch_warnings():  # what is left out is listed in ``unread`` instead
         warnings.simplefilter("ignore", RecordWarning)
         return facts_of(load_run(run_dir))
-
-
-SCRIPT_KINDS = ("script", "module", "python")
-"""``source.kind`` of a run of the user's own code (trainscope profile, trainscope.profile)."""
-
-
-def is_script_record(summary: dict[str, Any]) -> bool:
-    """Whether ``summary`` is a script run's (its ``source`` says so)."""
-    source = summary.get("source")
-    return isinstance(source, dict) and source.get("kind") in SCRIPT_KINDS
 
 
 def script_config(summary: dict[str, Any]) -> dict[str, Any]:

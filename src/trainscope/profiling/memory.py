@@ -28,6 +28,8 @@ lands in that step, which is inside the timing warm-up by default.
 
 from __future__ import annotations
 
+import functools
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +42,24 @@ METHOD = (
     "buffers from the model, gradients as the optimizer steps, optimizer states after it, "
     "activations from autograd's saved-tensor hooks plus what checkpointed blocks keep"
 )
+
+
+def untraced(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``torch.compiler.disable(fn)`` (bookkeeping never traced into a compiled graph),
+    decided at the first call once torch._dynamo is loaded: applying it at import time
+    imports torch._dynamo, about 2 s, which a process that never compiles (a script that
+    ``trainscope profile`` measures) should not pay."""
+    disabled: list[Callable[..., Any]] = []
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if not disabled:
+            if "torch._dynamo" not in sys.modules:  # nothing can be compiling: no dynamo
+                return fn(*args, **kwargs)
+            disabled.append(torch.compiler.disable(fn))
+        return disabled[0](*args, **kwargs)
+
+    return call
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
@@ -170,7 +190,7 @@ class SavedActivations:
         self._held: dict[tuple[str, int], list[int]] = {}  # storage -> [holders, bytes]
         self._in_flight = 0
 
-    @torch.compiler.disable  # bookkeeping: never traced into a compiled model's graph
+    @untraced  # bookkeeping: never traced into a compiled model's graph
     def _pack(self, t: torch.Tensor) -> torch.Tensor:
         if isinstance(t, nn.Parameter):  # FSDP's unsharded parameters among them
             return t
@@ -219,14 +239,14 @@ class SavedActivations:
         blocks = model_blocks(model)
         self.count.blocks = len(blocks)
 
-        @torch.compiler.disable
+        @untraced
         def enter(_module: nn.Module, args: tuple[Any, ...]) -> None:
             self._inside += 1
             for a in args:
                 if isinstance(a, torch.Tensor):
                     self.count.block_inputs_bytes += self._inputs.add(a)
 
-        @torch.compiler.disable
+        @untraced
         def leave(*_: Any) -> None:
             self._inside -= 1
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainscope.records.run_dir import STAGE_LABELS, STAGES
+from trainscope.records.source import SCRIPT_WALL, is_script_record, other_holds, script_argv
 
 # Every number with significant digits is written by this one function: plain digits,
 # never an exponent (1670, not 1.67e+03).
@@ -310,7 +311,9 @@ def stage_table(summary: dict[str, Any]) -> Table:
     where = ", ".join(str(summary[k]) for k in ("device", "precision") if summary.get(k))
     caption = f"Where the wall time went: {run_title(summary)}"
     caption += f" ({where})." if where else "."
-    caption += " 'other' is wall time minus the measured stages."
+    caption += " 'other' is wall time minus the measured stages"
+    holds = other_holds(summary)
+    caption += f": for a script, {holds}." if holds else "."
     return Table(["Stage", "Seconds", "Share"], rows, caption, "tab:stages", "lrr")
 
 
@@ -496,6 +499,26 @@ def _target_rows(target: Any) -> list[list[object]]:
     return [["Target", value]]
 
 
+# Rows a script run has no figure for: it has no test split, no epochs trainscope counted,
+# no steps a GradScaler skipped that trainscope saw.
+_NOT_FOR_SCRIPTS = {
+    "Test accuracy", "Test loss", "Val loss (last epoch)", "Val accuracy (last epoch)",
+    "Epochs", "Skipped steps",
+}  # fmt: skip
+
+
+def _script_rows(summary: dict[str, Any], rows: list[list[object]]) -> list[list[object]]:
+    """A script run's overview: what ran and its optimizers' steps, without the rows of
+    figures only trainscope's own loop has."""
+    kept = [r for r in rows if r[0] not in _NOT_FOR_SCRIPTS]
+    script = summary.get("script") if isinstance(summary.get("script"), dict) else {}
+    counts = script.get("optimizer_steps") if isinstance(script, dict) else None
+    steps = ", ".join(f"{_text(k)} {fmt_int(v)}" for k, v in counts.items()) if isinstance(
+        counts, dict) else MISSING  # fmt: skip
+    return [[kept[0][0], kept[0][1]], ["Script", _text(script_argv(summary))],
+            *kept[1:], ["Optimizer steps", steps or MISSING]]  # fmt: skip
+
+
 def overview_table(summary: dict[str, Any], env: dict[str, Any] | None = None) -> Table:
     """Key facts of one run as Field | Value rows; missing values show as an en dash.
 
@@ -565,10 +588,13 @@ def overview_table(summary: dict[str, Any], env: dict[str, Any] | None = None) -
     rows += _scheduler_rows(summary.get("scheduler"))
     rows += _optimizer_rows(summary.get("optimizer"))
     rows += _target_rows(summary.get("target"))
+    wall = WALL_DEFINITION
+    if is_script_record(summary):
+        rows, wall = _script_rows(summary, rows), SCRIPT_WALL
     return Table(
         ["Field", "Value"],
         rows,
-        f"Run overview: {run_title(summary)}. {WALL_DEFINITION} Memory in binary units "
+        f"Run overview: {run_title(summary)}. {wall} Memory in binary units "
         "(1 MiB = 1024 x 1024 bytes).",
         "tab:overview",
         "ll",

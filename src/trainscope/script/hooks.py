@@ -32,7 +32,12 @@ import torch.optim.optimizer as optim_hooks
 import torch.utils.data.dataloader as dataloader
 from torch import nn
 
-from trainscope.profiling.memory import SavedActivations, optimizer_state_tensors, tensor_bytes
+from trainscope.profiling.memory import (
+    SavedActivations,
+    optimizer_state_tensors,
+    tensor_bytes,
+    untraced,
+)
 from trainscope.script.clock import STEP_STAGES, StageClock
 
 MAX_TRACKED = 16
@@ -148,9 +153,11 @@ class ScriptHooks:
         """Register the hooks and wrap the functions (see module docs)."""
         from torch.nn.modules import module as nn_module
 
+        # Untraced: a compiled model's inner module calls run these hooks too, and they
+        # are bookkeeping that must not enter (or break) its graph.
         self._handles += [
-            nn_module.register_module_forward_pre_hook(self._forward_pre),
-            nn_module.register_module_forward_hook(self._forward_post, always_call=True),
+            nn_module.register_module_forward_pre_hook(untraced(self._forward_pre)),
+            nn_module.register_module_forward_hook(untraced(self._forward_post), always_call=True),
             optim_hooks.register_optimizer_step_pre_hook(self._step_pre),
             optim_hooks.register_optimizer_step_post_hook(self._step_post),
         ]
