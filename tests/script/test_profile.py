@@ -312,7 +312,10 @@ def test_the_python_api_measures_a_block(here: Path) -> None:
 
 
 def test_a_compiled_model_is_measured_and_its_graph_left_alone(here: Path) -> None:
-    script = write(here, "compiled.py", """
+    script = write(
+        here,
+        "compiled.py",
+        """
         import torch
         from torch import nn
         model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
@@ -321,8 +324,37 @@ def test_a_compiled_model_is_measured_and_its_graph_left_alone(here: Path) -> No
         for _ in range(4):
             fast(torch.randn(3, 4)).sum().backward()
             opt.step(); opt.zero_grad()
-    """)
+    """,
+    )
     assert profile("-q", "--out", "run", str(script)) == 0
     s = summary(here / "run")
     assert s["status"] == "completed" and s["steps"] == 4
     assert s["stages_s"]["forward"] > 0 and s["memory"]["parameters_bytes"] == (40 + 9) * 4
+
+
+@pytest.mark.gpu
+def test_on_cuda_stages_are_cuda_events_and_each_has_its_peak(here: Path) -> None:
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    script = write(
+        here,
+        "cuda.py",
+        """
+        import torch
+        from torch import nn
+        model = nn.Sequential(nn.Linear(256, 1024), nn.ReLU(), nn.Linear(1024, 10)).cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        for _ in range(20):
+            x = torch.randn(512, 256, device="cuda")
+            model(x).square().mean().backward()
+            opt.step(); opt.zero_grad()
+    """,
+    )
+    assert profile("-q", "--out", "run", str(script)) == 0
+    s = summary(here / "run")
+    assert s["timing_mode"] == "cuda_events" and s["device"].startswith("cuda")
+    assert s["steps"] == 20 and s["stages_s"]["forward"] > 0
+    peaks = s["memory"]["cuda"]["stage_peak_allocated_bytes"]
+    assert {"forward", "backward", "optimizer"} <= set(peaks)
+    assert s["peak_memory_kind"] == "cuda_max_allocated"

@@ -34,8 +34,14 @@ from trainscope.lab.steps import (
     record_commands,
     stopped_by,
 )
-from trainscope.records.jsonio import TMP_PREFIX, atomic_write_json, read_json_object
+from trainscope.records.jsonio import (
+    TMP_PREFIX,
+    atomic_write_json,
+    read_json_object,
+    try_json_object,
+)
 from trainscope.records.ownership import MARKER, MAX_MARKER_BYTES
+from trainscope.records.source import is_script_record
 from trainscope.records.study_dir import STUDY_FILE, load_study
 from trainscope.util.textsafe import one_line
 from trainscope.version import __version__
@@ -161,12 +167,24 @@ def _bounded_study(d: str) -> None:
         )
 
 
+def _refuse_script_run(d: str) -> None:
+    """A run of the user's own script given to ``--from``: what reads it instead."""
+    summary = try_json_object(Path(d) / "summary.json")
+    if summary is not None and is_script_record(summary):
+        raise ConfigError(
+            f"--from {d}: a run of trainscope profile, not a study folder: the lab's "
+            f"chapters measure its reference workloads; for the script's own write-up use "
+            f"trainscope report {d} (stage table, memory, LaTeX tables) and trainscope doctor {d}"
+        )
+
+
 def _reusable(from_dirs: Sequence[str]) -> dict[str, list[Path]]:
     """``--from`` folders by their study kind, in the order given (two chapters measure
     with ``precision``: the first such folder goes to the first of them)."""
     out: dict[str, list[Path]] = {}
     for d in from_dirs:
         path = Path(d)
+        _refuse_script_run(d)
         _bounded_study(d)
         try:
             kind = load_study(path).plan.kind

@@ -128,6 +128,8 @@ class StageClock:
         self._open: dict[str, float] = {}  # the resolved step's stage seconds so far
         self._between: dict[str, float] = {}
         self.setup_end_s: float | None = None
+        self.on_leave: Callable[[str], None] | None = None
+        """Called with each stage as it ends (the memory probe's CUDA peaks per stage)."""
 
     # --- boundaries ----------------------------------------------------------------------
 
@@ -171,6 +173,8 @@ class StageClock:
         while self._stack and self._stack.pop() != stage:
             pass
         self._closed = stage
+        if self.on_leave is not None:
+            self.on_leave(stage)
 
     def step_end(self, optimizers: dict[str, int]) -> int:
         """The leading optimizer's step returned: the training step ends at the last

@@ -141,6 +141,7 @@ class ScriptHooks:
             weakref.WeakValueDictionary()
         )
         self._saved: SavedActivations | None = None
+        self._peaks: dict[str, dict[str, int]] = {}
         self._grad_bytes: int | None = None
         self.memory: dict[str, Any] = {}
         self.memory_error: str | None = None
@@ -430,12 +431,29 @@ class ScriptHooks:
         except Exception as e:  # the probe must never break the script
             self.memory_error = f"{type(e).__name__}: {e}"
             self._saved = None
+            return
+        if self.device is not None and self.device.type == "cuda":
+            # Each stage's peak is its own: the allocator's peak is reset as each ends.
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self._peaks = {"stage_peak_allocated_bytes": {}, "stage_peak_reserved_bytes": {}}
+            self.clock.on_leave = self._cuda_peak
+
+    def _cuda_peak(self, stage: str) -> None:
+        """The CUDA allocator's peaks since the last stage ended, as ``stage``'s."""
+        allocated = torch.cuda.max_memory_allocated(self.device)
+        reserved = torch.cuda.max_memory_reserved(self.device)
+        peaks = self._peaks
+        for key, value in (("stage_peak_allocated_bytes", allocated),
+                           ("stage_peak_reserved_bytes", reserved)):  # fmt: skip
+            peaks[key][stage] = max(peaks[key].get(stage, 0), value)
+        torch.cuda.reset_peak_memory_stats(self.device)
 
     def _stop_memory_probe(self, finished: bool = False) -> None:
         saved, self._saved = self._saved, None
         if saved is None:
             return
         saved.__exit__(None, None, None)
+        self.clock.on_leave = None
         if not finished:
             return
         models = [p for r in self.roots for p in r.parameters()]
@@ -458,6 +476,8 @@ class ScriptHooks:
                 "peak_in_flight_bytes": act.peak_in_flight_bytes,
             },
         }
+        if self._peaks:
+            self.memory["cuda"] = self._peaks
 
     def memory_section(self, method: str) -> dict[str, Any]:
         """The ``memory`` section: what the probe step held, as a native run's."""
