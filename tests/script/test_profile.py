@@ -5,10 +5,12 @@ and the record says how each script ended."""
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import scaled
 from tests.script.helpers import PLANTED, PLANTED_S, profile, steps, summary, write
 
 PLAIN = """
@@ -45,10 +47,14 @@ def test_planted_stage_times_are_found_where_they_were_planted(here: Path) -> No
     for stage, key in (("data_wait", "data"), ("forward", "forward"),
                        ("backward", "backward"), ("optimizer", "optimizer")):  # fmt: skip
         floor = n * PLANTED_S[key]
-        # The sleeps are floors; what instrumentation adds is small beside them.
-        assert floor <= got[stage] <= 1.5 * floor + 0.05, (stage, got[stage], floor)
+        # The sleeps are floors of the totals. What instrumentation adds is small beside
+        # them: judged on the median step, as a first call's one-off cost (lazy imports,
+        # slower still on a loaded machine) is the stage's, not the hooks'.
+        assert floor <= got[stage], (stage, got[stage], floor)
+        median = statistics.median(r["stages"][stage] for r in steps(here / "run"))
+        assert median <= 1.5 * PLANTED_S[key] + scaled(0.005), (stage, median)
     evals = 2 * PLANTED_S["eval"]
-    assert evals <= got["evaluation"] <= 1.5 * evals + 0.05
+    assert evals <= got["evaluation"] <= 1.5 * evals + scaled(0.1)
     assert got["other"] >= n * PLANTED_S["other"]
     assert got["checkpoint"] > 0
     assert sum(got.values()) == pytest.approx(s["wall_time_s"])
