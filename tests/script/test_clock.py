@@ -50,7 +50,7 @@ def test_setup_stages_and_other_partition_the_wall_time() -> None:
     one_step(hand, clock, gap=0.04)
     hand.go(0.5)  # after the last step
     records = clock.resolve(block=True)
-    clock.close(hand.t)
+    assert clock.close() == hand.t
     clock.resolve(block=True)
     stages = stage_totals(clock.totals, hand.t - 100.0)
     assert stages["setup"] == pytest.approx(2.0)
@@ -76,7 +76,7 @@ def test_an_evaluation_loop_keeps_its_own_gaps_and_stays_out_of_the_step() -> No
         hand.go(0.02)  # get_batch() between evaluation forwards: the evaluation's
     timed(hand, clock, "evaluation", 0.1)
     one_step(hand, clock)
-    clock.close(hand.t)
+    assert clock.close() == hand.t
     assert len(clock.resolve(block=True)) == 2
     stages = stage_totals(clock.totals, hand.t - 100.0)
     assert stages["evaluation"] == pytest.approx(0.4 + 0.06)
@@ -117,7 +117,7 @@ def test_stages_inside_backward_data_wait_and_evaluation_are_theirs() -> None:
     assert not clock.enter("data_wait") and not clock.enter("forward")
     hand.go(0.1)
     clock.leave("evaluation")
-    clock.close(hand.t)
+    assert clock.close() == hand.t
     clock.resolve(block=True)
     totals = clock.totals
     assert totals["backward"] == pytest.approx(0.3)
@@ -132,7 +132,7 @@ def test_a_stage_left_by_an_exception_closes_what_it_held() -> None:
     hand.go(0.2)
     clock.leave("optimizer")  # forward's leave never came: the closure raised
     assert clock.current is None
-    clock.close(hand.t)
+    assert clock.close() == hand.t
     clock.resolve(block=True)
     assert clock.totals["forward"] == pytest.approx(0.2)
 
@@ -140,7 +140,7 @@ def test_a_stage_left_by_an_exception_closes_what_it_held() -> None:
 def test_a_run_with_no_stage_is_all_setup() -> None:
     hand, clock = make()
     hand.go(1.5)
-    clock.close(hand.t)
+    assert clock.close() == hand.t
     stages = stage_totals(clock.totals, 1.5)
     assert stages["setup"] == pytest.approx(1.5)
     assert stages["other"] == pytest.approx(0.0)
@@ -174,3 +174,19 @@ def test_steps_wait_until_their_tokens_can_be_read() -> None:
     one_step(hand, clock)
     assert clock.resolve(block=False) == []
     assert len(clock.resolve(block=True)) == 1
+
+
+def test_the_wall_ends_at_the_closing_boundary_so_other_keeps_its_time() -> None:
+    """Time passes on every reading (as on a real clock, or a loaded machine that
+    deschedules the process between two of them): the run's end is the closing
+    boundary itself, so no interval reaches past the wall and ``other`` loses nothing."""
+    hand, clock = make()
+    ticking = HostTicks(lambda: (hand.go(0.05), hand.t)[1])
+    clock.ticks = ticking
+    one_step(hand, clock, gap=0.04)
+    hand.go(0.3)  # the script's own code after its last step
+    end = clock.close()
+    clock.resolve(block=True)
+    stages = stage_totals(clock.totals, end - 100.0)
+    assert sum(stages.values()) == pytest.approx(end - 100.0)
+    assert stages["other"] >= 0.3 + 0.04

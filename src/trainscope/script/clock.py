@@ -257,18 +257,23 @@ class StageClock:
             "losses": b.step.losses,
         }
 
-    def close(self, end: float) -> None:
-        """The run ends at host time ``end`` (a perf_counter reading): every open stage
-        is closed there. Its seconds count in :attr:`totals` once resolved (the caller's
-        last :meth:`resolve`, with ``block``)."""
-        if self._last is not None:
-            token = self.ticks.tick()
-            label = self._stack[-1] if self._stack else "other"
-            self._interval(label, token)
-            self._last = token
-            self._stack.clear()
+    def close(self) -> float:
+        """The run ends now: every open stage is closed at one last boundary, whose host
+        time (a perf_counter reading) is returned as the run's end. The wall time must
+        end at that same boundary: an end read earlier (before the hooks came off, say)
+        would leave the intervals longer than the wall and shrink ``other`` by the gap,
+        which on a loaded machine is a scheduling slice. The seconds count in
+        :attr:`totals` once resolved (the caller's last :meth:`resolve`, with ``block``)."""
+        token = self.ticks.tick()
+        end = self.ticks.host(token)
         if self._last is None:  # no stage at all: the whole run was setup
             self.totals["setup"] = end - self.origin
+            return end
+        label = self._stack[-1] if self._stack else "other"
+        self._interval(label, token)
+        self._last = token
+        self._stack.clear()
+        return end
 
     def tail(self) -> dict[str, float]:
         """Seconds after the last finished step that belong to no step record."""

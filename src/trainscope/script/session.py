@@ -199,9 +199,8 @@ class ProfileSession:
         into the record's notes. Returns the summary."""
         hooks = self.hooks
         assert hooks is not None
-        end = time.perf_counter()
+        end = self.clock.close()  # the wall ends at the clock's last boundary
         hooks.remove()
-        self.clock.close(end)
         try:
             hooks.flush(block=True)
         except Exception as e:  # a loss the device cannot give back (it failed): say so
