@@ -162,7 +162,8 @@ def test_samples_losses_and_micro_batches_belong_to_their_step() -> None:
 
 
 def test_steps_wait_until_their_tokens_can_be_read() -> None:
-    class Late(HostTicks):
+    class Late(HostTicks):  # tokens readable later, as CUDA events are
+        deferred = True
         ready_now = False
 
         def ready(self, token: float, block: bool) -> bool:

@@ -4,6 +4,7 @@ says what reads it instead."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,9 @@ def test_the_report_says_what_ran_and_what_other_holds(run: Path) -> None:
     assert "| Script " in md and "train.py" in md
     assert "for a script, the script's own code" in md
     assert "Test accuracy" not in md and "| Epochs " not in md
+    # Its stages are named as a script's were measured: no loss in backward (the loss is
+    # the script's own code), no "val + test" in evaluation.
+    assert re.search(r"\| backward +\|", md) and "loss + backward" not in md and "val + test" not in md
     assert (run / "report" / "trace.json").is_file() and (run / "report" / "tables.tex").is_file()
     trace = json.loads((run / "report" / "trace.json").read_text())
     names = {e.get("name") for e in trace["traceEvents"]}

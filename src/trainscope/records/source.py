@@ -14,6 +14,22 @@ SCRIPT_WALL = (
 )
 
 
+SCRIPT_STAGE_LABELS = {
+    "setup": "setup (to the first stage)",
+    "backward": "backward",
+    "evaluation": "evaluation",
+}
+"""Where a script run's stage means less than a native run's label says: its backward
+holds no loss (a loss computed outside the model is in ``other``, one inside it in
+``forward``), its evaluation is whatever ran without gradients, not "val + test"."""
+
+
+def stage_labels(summary: dict[str, Any], labels: dict[str, str]) -> dict[str, str]:
+    """``labels`` (stage -> words, as ``records.STAGE_LABELS``) for this record: a script
+    run's stages named as they were measured (:data:`SCRIPT_STAGE_LABELS`)."""
+    return {**labels, **SCRIPT_STAGE_LABELS} if is_script_record(summary) else labels
+
+
 def is_script_record(summary: dict[str, Any]) -> bool:
     """Whether ``summary`` is a run of the user's own code (its ``source`` says so)."""
     source = summary.get("source")
@@ -38,4 +54,12 @@ def other_holds(summary: dict[str, Any]) -> str | None:
     return text if isinstance(text, str) else None
 
 
-__all__ = ["SCRIPT_KINDS", "SCRIPT_WALL", "is_script_record", "other_holds", "script_argv"]
+__all__ = [
+    "SCRIPT_KINDS",
+    "SCRIPT_STAGE_LABELS",
+    "SCRIPT_WALL",
+    "is_script_record",
+    "other_holds",
+    "script_argv",
+    "stage_labels",
+]

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from trainscope.records.attempts import resumes
 from trainscope.records.run_dir import STAGE_LABELS, STAGES, RunRecord
+from trainscope.records.source import stage_labels
 from trainscope.reports.tables import fmt_pct, fmt_seconds
 from trainscope.util.textsafe import plot_text
 
@@ -151,10 +152,9 @@ def stage_pie(
 
     handles = list(wedges)
     # Stage names not in STAGE_LABELS are the record's own text.
+    words = stage_labels(summary, STAGE_LABELS)
     labels = [
-        plot_text(
-            f"{STAGE_LABELS.get(n, n)}: {fmt_seconds(values[n])} s ({fmt_pct(values[n] / wall)})"
-        )
+        plot_text(f"{words.get(n, n)}: {fmt_seconds(values[n])} s ({fmt_pct(values[n] / wall)})")
         for n in drawn
     ]
     from matplotlib.patches import Patch
@@ -164,7 +164,7 @@ def stage_pie(
             continue
         handles.append(Patch(facecolor="none", edgecolor="none"))
         shown = fmt_seconds(values.get(n, stages[n]))
-        labels.append(plot_text(f"{STAGE_LABELS.get(n, n)}: {shown} s (not positive, not drawn)"))
+        labels.append(plot_text(f"{words.get(n, n)}: {shown} s (not positive, not drawn)"))
     # A figure legend placed "outside" gets room from the constrained layout (an axes
     # legend anchored beyond the axes would be clipped at the figure edge).
     fig.legend(handles, labels, loc="outside right center", frameon=False, fontsize=9)

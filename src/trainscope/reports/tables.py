@@ -13,7 +13,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainscope.records.run_dir import STAGE_LABELS, STAGES
-from trainscope.records.source import SCRIPT_WALL, is_script_record, other_holds, script_argv
+from trainscope.records.source import (
+    SCRIPT_WALL,
+    is_script_record,
+    other_holds,
+    script_argv,
+    stage_labels,
+)
 
 # Every number with significant digits is written by this one function: plain digits,
 # never an exponent (1670, not 1.67e+03).
@@ -301,11 +307,12 @@ def stage_table(summary: dict[str, Any]) -> Table:
     wall = summary.get("wall_time_s")
     has_wall = _is_number(wall) and wall > 0
     names = [s for s in STAGES if s in stages] + [s for s in stages if s not in STAGES]
+    labels = stage_labels(summary, STAGE_LABELS)
     rows: list[list[object]] = []
     for name in names:
         secs = stages[name]
         share = secs / wall if has_wall and _is_number(secs) else None
-        rows.append([STAGE_LABELS.get(name, name), fmt_seconds(secs), fmt_pct(share)])
+        rows.append([labels.get(name, name), fmt_seconds(secs), fmt_pct(share)])
     if rows or has_wall:
         rows.append(["total (wall)", fmt_seconds(wall), fmt_pct(1.0 if has_wall else None)])
     where = ", ".join(str(summary[k]) for k in ("device", "precision") if summary.get(k))

@@ -64,6 +64,8 @@ class HostTicks:
     is done when the call returns."""
 
     kind = "perf_counter"
+    deferred = False
+    """Every token is readable at once: intervals are counted as they close (no queue)."""
 
     def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
         self._clock = clock
@@ -108,7 +110,8 @@ class _Boundary:
     index: int
     step: _Step
     end: Any
-    optimizers: dict[str, int]
+    optimizers: Any
+    """Steps taken so far by each optimizer (the hooks' own value, handed back as is)."""
 
 
 class StageClock:
@@ -125,6 +128,7 @@ class StageClock:
         self._step: _Step | None = None
         self.steps_done = 0
         self._pending: list[_Interval | _Boundary] = []
+        self._ready: list[dict[str, Any]] = []  # records of steps counted as they ended
         self._open: dict[str, float] = {}  # the resolved step's stage seconds so far
         self._between: dict[str, float] = {}
         self.setup_end_s: float | None = None
@@ -176,14 +180,18 @@ class StageClock:
         if self.on_leave is not None:
             self.on_leave(stage)
 
-    def step_end(self, optimizers: dict[str, int]) -> int:
+    def step_end(self, optimizers: Any) -> int:
         """The leading optimizer's step returned: the training step ends at the last
-        boundary. ``optimizers``: steps taken so far by each optimizer. Returns the number
-        of steps done."""
+        boundary. ``optimizers``: steps taken so far by each optimizer, in whatever form
+        the caller reads back from the record. Returns the number of steps done."""
         if self._step is None or self._last is None:
             return self.steps_done
         self.steps_done += 1
-        self._pending.append(_Boundary(self.steps_done, self._step, self._last, dict(optimizers)))
+        boundary = _Boundary(self.steps_done, self._step, self._last, optimizers)
+        if self._pending or getattr(self.ticks, "deferred", True):
+            self._pending.append(boundary)
+        else:  # its intervals are all counted (see _interval): its record is ready
+            self._ready.append(self._record(boundary))
         self._step = _Step(self._last)
         return self.steps_done
 
@@ -212,7 +220,17 @@ class StageClock:
     # --- resolution ----------------------------------------------------------------------
 
     def _interval(self, label: str, end: Any) -> None:
-        self._pending.append(_Interval(label, self._last, end, self.steps_done))
+        # Tokens that are readable now (perf_counter) are counted now: the queue is for
+        # CUDA events, and costs a step of a few microseconds more in hook calls.
+        if self._pending or getattr(self.ticks, "deferred", True):
+            self._pending.append(_Interval(label, self._last, end, self.steps_done))
+        else:
+            self._count(label, self.ticks.seconds(self._last, end))
+
+    def _count(self, label: str, seconds: float) -> None:
+        self._add(label, seconds)
+        into = self._between if label in BETWEEN_STAGES else self._open
+        into[label] = into.get(label, 0.0) + seconds
 
     def _add(self, label: str, seconds: float) -> None:
         if label != "other":
@@ -234,14 +252,12 @@ class StageClock:
                 break
             done += 1
             if isinstance(item, _Interval):
-                seconds = self.ticks.seconds(item.start, item.end)
-                self._add(item.label, seconds)
-                into = self._between if item.label in BETWEEN_STAGES else self._open
-                into[item.label] = into.get(item.label, 0.0) + seconds
+                self._count(item.label, self.ticks.seconds(item.start, item.end))
                 continue
             records.append(self._record(item))
         del self._pending[:done]
-        return records
+        ready, self._ready = self._ready, []
+        return ready + records
 
     def _record(self, b: _Boundary) -> dict[str, Any]:
         stages = {k: self._open.get(k, 0.0) for k in (*STEP_STAGES, "other")}

@@ -23,6 +23,7 @@ as they were. Nothing in the script is changed.
 from __future__ import annotations
 
 import time
+import warnings
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -36,9 +37,15 @@ from trainscope.profiling.memory import (
     SavedActivations,
     optimizer_state_tensors,
     tensor_bytes,
-    untraced,
 )
 from trainscope.script.clock import STEP_STAGES, StageClock
+
+# torch warns, on each call of a ``torch.compile``d module while global module hooks are
+# registered, that they fire once more for the OptimizedModule: those are trainscope's
+# hooks, which count the outermost call only, so the warning is not the script's to see.
+_COMPILE_HOOKS_WARNING = r"Using `torch\.compile\(module\)` when there are global hooks"
+
+_compiling = torch.compiler.is_compiling
 
 MAX_TRACKED = 16
 """Models, optimizers and loaders kept track of at most (a script that builds thousands
@@ -147,6 +154,7 @@ class ScriptHooks:
         self.memory_error: str | None = None
         self._handles: list[Any] = []
         self._patched: list[tuple[Any, str, Any]] = []
+        self._filter: Any = None
 
     # --- install / remove ----------------------------------------------------------------
 
@@ -154,14 +162,14 @@ class ScriptHooks:
         """Register the hooks and wrap the functions (see module docs)."""
         from torch.nn.modules import module as nn_module
 
-        # Untraced: a compiled model's inner module calls run these hooks too, and they
-        # are bookkeeping that must not enter (or break) its graph.
         self._handles += [
-            nn_module.register_module_forward_pre_hook(untraced(self._forward_pre)),
-            nn_module.register_module_forward_hook(untraced(self._forward_post), always_call=True),
+            nn_module.register_module_forward_pre_hook(self._forward_pre),
+            nn_module.register_module_forward_hook(self._forward_post, always_call=True),
             optim_hooks.register_optimizer_step_pre_hook(self._step_pre),
             optim_hooks.register_optimizer_step_post_hook(self._step_post),
         ]
+        warnings.filterwarnings("ignore", message=_COMPILE_HOOKS_WARNING, category=UserWarning)
+        self._filter = warnings.filters[0]
         self._wrap(torch.autograd, "backward", self._timed_backward)
         self._wrap(torch.autograd, "grad", self._timed_backward)
         self._wrap(torch.optim.Optimizer, "zero_grad", self._timed("optimizer"))
@@ -200,6 +208,10 @@ class ScriptHooks:
         for owner, name, original in reversed(self._patched):
             setattr(owner, name, original)
         self._patched.clear()
+        if self._filter in warnings.filters:
+            warnings.filters.remove(self._filter)
+            # What filterwarnings does after a change (so cached decisions are dropped).
+            getattr(warnings, "_filters_mutated", lambda: None)()
 
     # --- what a call is ------------------------------------------------------------------
 
@@ -248,7 +260,15 @@ class ScriptHooks:
 
     # --- the hooks -----------------------------------------------------------------------
 
+    # The two module hooks run on every module call of every model, so they return as
+    # early as they can. While dynamo traces (a compiled model's inner calls) they do
+    # nothing: ``is_compiling()`` is folded to True there, so the bookkeeping neither
+    # enters the graph nor breaks it. (``torch.compiler.disable`` on them broke the graph
+    # at every module, so a compiled model ran as many small graphs, in effect eagerly.)
+
     def _forward_pre(self, module: nn.Module, args: tuple[Any, ...]) -> None:
+        if _compiling():
+            return
         self._depth += 1
         if self._depth != 1:
             return
@@ -264,6 +284,8 @@ class ScriptHooks:
             self._start_memory_probe()
 
     def _forward_post(self, module: nn.Module, args: Any, output: Any) -> None:
+        if _compiling():
+            return
         self._depth -= 1
         if self._depth != 0:
             self._depth = max(self._depth, 0)
@@ -293,7 +315,8 @@ class ScriptHooks:
         if opt is not self._leader():
             return
         self._stop_memory_probe(finished=True)
-        self.clock.step_end(self.optimizer_counts())
+        # Counts in the optimizers' order; named when the record is written (flush).
+        self.clock.step_end([self._counts.get(id(o), 0) for o in self.optimizers])
         self._loader_samples = False
         self._steps_left += 1
         if self._steps_left >= self.log_every:
@@ -414,9 +437,11 @@ class ScriptHooks:
         losses = [loss for r in records for loss in r["losses"]]
         values = iter(torch.stack([x.float().reshape(()) for x in losses]).cpu().tolist()
                       if losses else [])  # fmt: skip
+        names = list(self.optimizer_counts())
         for r in records:
             read = [next(values) for _ in r.pop("losses")]
             r["loss"] = sum(read) if read else None
+            r["optimizers"] = dict(zip(names, r["optimizers"]))
         self.on_steps(records)
 
     # --- the memory probe ----------------------------------------------------------------
