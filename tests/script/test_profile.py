@@ -111,6 +111,36 @@ def test_gradient_accumulation_is_one_step_of_several_micro_batches(here: Path) 
     assert all(r["batch_size"] == 32 for r in records)
 
 
+def test_a_schedulers_step_is_the_optimizers_but_its_first_is_setup(here: Path) -> None:
+    script = write(
+        here,
+        "sched.py",
+        """
+        import time
+        import torch
+        from torch import nn
+        def factor(epoch):
+            time.sleep(0.02)  # the schedule's own arithmetic, planted
+            return 0.9 ** epoch
+        model = nn.Linear(4, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)  # steps once: set-up
+        time.sleep(0.05)  # more set-up
+        for step in range(5):
+            model(torch.randn(8, 4)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+            sched.step()
+    """,
+    )
+    assert profile("-q", "--out", "run", str(script)) == 0
+    s = summary(here / "run")
+    assert s["steps"] == 5
+    assert s["stages_s"]["setup"] >= 0.07  # the constructor's step did not end set-up
+    assert s["stages_s"]["optimizer"] >= 5 * 0.02
+    assert s["stages_s"]["other"] < 0.02 + scaled(0.05)  # no scheduler step left in it
+
+
 def test_two_optimizers_a_gan_loop_counts_iterations(here: Path) -> None:
     script = write(
         here,

@@ -8,7 +8,8 @@
   model that trains is in train mode: a frozen teacher's forward is part of the step);
 - global optimizer step pre- and post-hooks: ``optimizer``; the step of the *leading*
   optimizer (the one that has stepped most often, the first one on a tie) ends a
-  training step. ``zero_grad`` (the optimizer's and the module's) counts as ``optimizer``;
+  training step. ``zero_grad`` (the optimizer's and the module's) and a learning-rate
+  scheduler's ``step`` (after the first optimizer step) count as ``optimizer``;
 - ``torch.autograd.backward`` (``loss.backward()`` calls it) and ``torch.autograd.grad``:
   ``backward``; a one-element tensor given to it is the step's loss (GradScaler's scaled
   loss is read back unscaled);
@@ -96,6 +97,21 @@ class CudaTicks:
         return bool(token[1].query())
 
 
+def _scheduler_classes() -> list[type]:
+    """``torch.optim.lr_scheduler.LRScheduler`` and each subclass with a ``step`` of its
+    own (ReduceLROnPlateau, SequentialLR, ...): every scheduler step goes through one of
+    them (a scheduler inside SequentialLR is a stage within the same stage)."""
+    from torch.optim.lr_scheduler import LRScheduler
+
+    found, todo = [], [LRScheduler]
+    while todo and len(found) < 4 * MAX_TRACKED:
+        cls = todo.pop()
+        if "step" in cls.__dict__ and cls not in found:
+            found.append(cls)
+        todo.extend(cls.__subclasses__())
+    return found
+
+
 def _first_tensor(obj: Any, depth: int = 0) -> torch.Tensor | None:
     """The first tensor in a batch (a tensor, or nested in a tuple, list or dict)."""
     if isinstance(obj, torch.Tensor):
@@ -176,6 +192,8 @@ class ScriptHooks:
         self._wrap(nn.Module, "zero_grad", self._timed("optimizer"))
         self._wrap(dataloader._BaseDataLoaderIter, "__next__", self._timed_next)
         self._wrap(dataloader.DataLoader, "__iter__", self._timed_iter)
+        for scheduler in _scheduler_classes():
+            self._wrap(scheduler, "step", self._timed_schedule)
         self._wrap(torch, "save", self._timed("checkpoint"))
         self._wrap(torch.amp.GradScaler, "scale", self._remember_unscaled)
         try:
@@ -365,6 +383,19 @@ class ScriptHooks:
             return timed
 
         return make
+
+    def _timed_schedule(self, original: Any) -> Any:
+        """A learning-rate scheduler's ``step`` is ``optimizer`` (as in trainscope's own
+        loop), once an optimizer has stepped: a scheduler's constructor steps it once,
+        during the script's set-up, which must not end ``setup``."""
+        timed = self._timed("optimizer")(original)
+
+        def step(*args: Any, **kwargs: Any) -> Any:
+            if any(self._counts.values()):
+                return timed(*args, **kwargs)
+            return original(*args, **kwargs)
+
+        return step
 
     def _timed_backward(self, original: Any) -> Any:
         def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:

@@ -49,8 +49,8 @@ steady-state figures."""
 OTHER_HOLDS = (
     "the script's own code between the stages trainscope times: batches made without a "
     "DataLoader (a get_batch()), copies to the device outside the model, a loss computed "
-    "outside a module, logging, learning-rate schedules, and its own imports and set-up "
-    "after the first stage"
+    "outside a module, logging, learning-rate arithmetic of its own (a torch scheduler's "
+    "step is the optimizer's), and its own imports and set-up after the first stage"
 )
 NO_STEP = "no training step seen: no optimizer stepped"
 
