@@ -43,7 +43,8 @@ def test_the_report_says_what_ran_and_what_other_holds(run: Path) -> None:
     assert "Test accuracy" not in md and "| Epochs " not in md
     # Its stages are named as a script's were measured: no loss in backward (the loss is
     # the script's own code), no "val + test" in evaluation.
-    assert re.search(r"\| backward +\|", md) and "loss + backward" not in md and "val + test" not in md
+    assert re.search(r"\| backward +\|", md)
+    assert "loss + backward" not in md and "val + test" not in md
     assert (run / "report" / "trace.json").is_file() and (run / "report" / "tables.tex").is_file()
     trace = json.loads((run / "report" / "trace.json").read_text())
     names = {e.get("name") for e in trace["traceEvents"]}
