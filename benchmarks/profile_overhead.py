@@ -22,8 +22,16 @@ loss and its own copies are its code between stages, ``other``: the comparison a
 native h2d to data wait and puts the script's ``other`` beside native backward's loss
 part, as the table says.
 
+``nanogpt`` — nanoGPT's own ``train.py`` (a clone given with ``--repo``, its Tiny
+Shakespeare prepared: ``data/shakespeare_char/prepare.py``) at its README's CPU
+configuration, alone and under ``trainscope profile``, alternated: the figure is the
+iteration time nanoGPT prints itself (``iter N: ... time T ms``), its median over the
+iterations after the first 20 and then over the rounds, with min-max; and the whole
+process from outside.
+
     python benchmarks/profile_overhead.py overhead --rounds 7
     python benchmarks/profile_overhead.py agreement --rounds 5
+    python benchmarks/profile_overhead.py nanogpt --repo ../nanoGPT --rounds 5 --steps 200
 
 Each prints the machine (CPU model, cores, torch), the load average before and after,
 and the figures; ``--json FILE`` also writes the raw numbers.
@@ -205,17 +213,76 @@ def agreement(rounds: int) -> dict:
     return {"shares": shares, "medians": rows}
 
 
+# nanoGPT's README: "python train.py config/train_shakespeare_char.py --device=cpu ...",
+# with --max_iters (and no evaluation inside the timed iterations) set by --steps.
+NANOGPT_CPU = [
+    "train.py", "config/train_shakespeare_char.py", "--device=cpu", "--compile=False",
+    "--eval_iters=20", "--log_interval=1", "--block_size=64", "--batch_size=12",
+    "--n_layer=4", "--n_head=4", "--n_embd=128", "--lr_decay_iters=2000", "--dropout=0.0",
+]  # fmt: skip
+
+
+def _iter_ms(stdout: str) -> list[float]:
+    """The iteration times nanoGPT prints (``iter N: loss L, time T ms, mfu M%``)."""
+    found = []
+    for line in stdout.splitlines():
+        if line.startswith("iter ") and ", time " in line:
+            found.append(float(line.split(", time ")[1].split("ms")[0]))
+    return found
+
+
+def nanogpt(repo: Path, rounds: int, steps: int) -> dict:
+    """nanoGPT's train.py alone against under profile: its own iteration times."""
+    if (
+        not (repo / "train.py").is_file()
+        or not (repo / "data/shakespeare_char/train.bin").is_file()
+    ):
+        raise SystemExit(f"{repo}: no nanoGPT clone with data/shakespeare_char prepared")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    # One evaluation at iter 0 and none after: the timed iterations are training only.
+    args = [*NANOGPT_CPU, f"--max_iters={steps}", f"--eval_interval={10 * steps}"]
+    out_dir = Path(tempfile.mkdtemp(prefix="profile-nanogpt-"))
+    sides = {
+        "alone": [sys.executable, *args, f"--out_dir={out_dir / 'ckpt'}"],
+        "profile": [*trainscope_cmd(), "profile", "-q", "--overwrite", "--out",
+                    str(out_dir / "run"), "--", *args, f"--out_dir={out_dir / 'ckpt'}"],
+    }  # fmt: skip
+    step: dict[str, list[float]] = {s: [] for s in sides}
+    whole: dict[str, list[float]] = {s: [] for s in sides}
+    for i in range(rounds):
+        for side in list(sides) if i % 2 == 0 else list(reversed(sides)):
+            wall, stdout = timed(sides[side], env, repo)
+            step[side].append(statistics.median(_iter_ms(stdout)[WARM_STEPS:]))
+            whole[side].append(wall)
+    a, b = step["alone"], step["profile"]
+    ratio = statistics.median(b) / statistics.median(a) - 1
+    said = "within noise" if overlap(a, b) else f"{100 * ratio:+.1f}%"
+    print(f"nanoGPT iteration alone {span(a)} ms, under profile {span(b)} ms: {said} "
+          f"(median ratio {100 * ratio:+.2f}%)")  # fmt: skip
+    print(f"nanoGPT whole process alone {span(whole['alone'])} s, under profile "
+          f"{span(whole['profile'])} s")  # fmt: skip
+    shutil.rmtree(out_dir, ignore_errors=True)
+    return {"iter_ms": step, "process_s": whole, "steps": steps}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=["overhead", "agreement"])
+    ap.add_argument("what", choices=["overhead", "agreement", "nanogpt"])
+    ap.add_argument("--repo", type=Path, help="nanogpt: a clone of karpathy/nanoGPT")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--steps", type=int, default=300, help="overhead: steps per process")
     ap.add_argument("--json", type=Path, help="also write the raw figures here")
     args = ap.parse_args()
     print(f"machine: {machine()}")
     print(f"load average before: {os.getloadavg()}")
-    result = overhead(args.rounds, args.steps) if args.what == "overhead" else agreement(
-        args.rounds)  # fmt: skip
+    if args.what == "overhead":
+        result = overhead(args.rounds, args.steps)
+    elif args.what == "agreement":
+        result = agreement(args.rounds)
+    else:
+        if args.repo is None:
+            ap.error("nanogpt needs --repo (a clone of karpathy/nanoGPT)")
+        result = nanogpt(args.repo.resolve(), args.rounds, args.steps)
     print(f"load average after: {os.getloadavg()}")
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))

@@ -50,6 +50,11 @@ class SlowSGD(torch.optim.SGD):
         time.sleep(OPTIMIZER)
         return super().step(closure)
 
+# An SGD built first: torch then wraps SGD.step in its hooks too, so SlowSGD's
+# super().step() is a step inside a step, whatever ran in this process before (in the
+# suite's workers it had, and steps were counted twice, other went into optimizer).
+torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
+
 model = Net()
 opt = SlowSGD(model.parameters(), lr=0.1)
 loader = DataLoader(Slow(), batch_size=4)

@@ -141,6 +141,50 @@ def test_a_schedulers_step_is_the_optimizers_but_its_first_is_setup(here: Path) 
     assert s["stages_s"]["other"] < 0.02 + scaled(0.05)  # no scheduler step left in it
 
 
+def test_a_closures_own_code_is_other_and_the_optimizer_keeps_its_update(here: Path) -> None:
+    """Lightning and LBFGS: forward and backward run inside ``step(closure)``; the
+    closure's own code (Lightning's training_step bookkeeping) is the script's, not the
+    optimizer's, and the gradients it makes are counted."""
+    script = write(
+        here,
+        "closure.py",
+        """
+        import time
+        import torch
+        from torch import nn
+        torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)  # SGD.step hooked
+        class SlowUpdate(torch.optim.SGD):
+            def step(self, closure=None):
+                loss = closure()
+                time.sleep(0.01)  # the update itself
+                super().step()
+                return loss
+        model = nn.Linear(4, 1)
+        opt = SlowUpdate(model.parameters(), lr=0.01)
+        def closure():
+            time.sleep(0.03)  # logging, metrics: the closure's own code
+            opt.zero_grad()
+            loss = model(torch.randn(8, 4)).pow(2).mean()
+            loss.backward()
+            return loss
+        for step in range(4):
+            opt.step(closure)
+        for step in range(2):
+            opt.step(closure=closure)
+    """,
+    )
+    assert profile("-q", "--out", "run", str(script)) == 0
+    s = summary(here / "run")
+    got = s["stages_s"]
+    assert s["steps"] == 6
+    assert 6 * 0.01 <= got["optimizer"] < 6 * 0.03  # the update, not the closure's sleep
+    assert got["other"] >= 6 * 0.03
+    assert got["forward"] > 0 and got["backward"] > 0
+    assert s["memory"]["gradients_bytes"] == 5 * 4  # made inside the closure
+    for record in steps(here / "run"):
+        assert record["stages"]["other"] >= 0.03 * 0.99
+
+
 def test_two_optimizers_a_gan_loop_counts_iterations(here: Path) -> None:
     script = write(
         here,

@@ -142,12 +142,18 @@ class StageClock:
         """The stage being timed now (None: the script's own code)."""
         return self._stack[-1] if self._stack else None
 
+    def holds(self, stage: str) -> bool:
+        """Whether ``stage`` is open now, at any depth."""
+        return stage in self._stack
+
     def enter(self, stage: str) -> bool:
         """``stage`` begins. Returns False when it is not timed apart, because another
         stage holds it: inside data wait, forward, backward, an evaluation or a save
         everything is that stage's (a forward inside backward is activation
         checkpointing's recompute, backward's cost). Only an optimizer step takes nested
-        stages apart: Lightning and LBFGS run forward and backward in ``step(closure)``.
+        stages apart: Lightning and LBFGS run forward and backward in ``step(closure)``,
+        and the closure's own code is entered as ``other`` (the script's, not the
+        optimizer's), inside which forward and backward are again their own.
         Call :meth:`leave` only after an ``enter`` that returned True."""
         top = self.current
         if top is not None and (top in _OPAQUE or top == stage):

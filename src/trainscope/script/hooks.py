@@ -152,7 +152,10 @@ class ScriptHooks:
         self._checked: set[int] = set()
         self.optimizers: list[torch.optim.Optimizer] = []
         self._counts: dict[int, int] = {}
-        self.loaders: dict[int, dict[str, Any]] = {}
+        self.loaders: list[dict[str, Any]] = []  # each DataLoader seen, first one first
+        # The loaders themselves, weakly: a loader built per epoch is freed and a new one
+        # may get its id() (keyed by id, the second epoch's loaders went uncounted).
+        self._seen_loaders: weakref.WeakSet[Any] = weakref.WeakSet()
         self.device: torch.device | None = None
         self.autocast: str | None = None
         self.param_dtype: str | None = None
@@ -313,25 +316,67 @@ class ScriptHooks:
             if entered:
                 self.clock.leave(stage)
 
-    def _step_pre(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+    def _step_pre(
+        self, opt: torch.optim.Optimizer, args: Any, kwargs: Any
+    ) -> tuple[Any, Any] | None:
+        depth, entered = getattr(opt, "_trainscope_step", (0, False))
+        if depth and self.clock.holds("optimizer"):
+            # This optimizer's step inside its own step: a subclass's ``super().step()``,
+            # hooked too once the parent class has had an instance (torch wraps each
+            # class's step on first use). One step, counted once, by the outer call.
+            opt._trainscope_step = (depth + 1, entered)  # type: ignore[attr-defined]
+            return None
         self._check_limit("optimizer")
         if not any(o is opt for o in self.optimizers) and len(self.optimizers) < MAX_TRACKED:
             self.optimizers.append(opt)
             self._counts[id(opt)] = 0
-        if self._saved is not None and opt is self._leader(after=opt):
-            params = (p for g in opt.param_groups for p in g["params"])
-            self._grad_bytes = tensor_bytes(p.grad for p in params if p.grad is not None)
-        opt._trainscope_entered = self.clock.enter("optimizer")  # type: ignore[attr-defined]
+        opt._trainscope_step = (1, self.clock.enter("optimizer"))  # type: ignore[attr-defined]
+        return self._timed_closure(args, kwargs)
+
+    def _timed_closure(self, args: Any, kwargs: Any) -> tuple[Any, Any] | None:
+        """``step(closure)`` (Lightning, LBFGS): the closure's own code is the script's
+        (``other``), not the optimizer's; forward and backward inside it are timed as
+        themselves. Without this, Lightning's training_step bookkeeping made the
+        optimizer stage 63% of a step and the doctor proposed a fused optimizer."""
+        # ``args`` starts with the optimizer itself (torch's step wrapper passes it on).
+        if kwargs.get("closure") is not None:
+            closure, where = kwargs["closure"], "kwargs"
+        elif len(args) > 1 and callable(args[1]):
+            closure, where = args[1], "args"
+        else:
+            return None
+        clock = self.clock
+
+        def closure_timed(*a: Any, **k: Any) -> Any:
+            entered = clock.enter("other")
+            try:
+                return closure(*a, **k)
+            finally:
+                if entered:
+                    clock.leave("other")
+
+        if where == "kwargs":
+            return args, {**kwargs, "closure": closure_timed}
+        return (args[0], closure_timed, *args[2:]), kwargs
 
     def _step_post(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        if getattr(opt, "_trainscope_entered", False):
+        depth, entered = getattr(opt, "_trainscope_step", (1, False))
+        if depth > 1:  # the end of a step inside its own step (see _step_pre)
+            opt._trainscope_step = (depth - 1, entered)  # type: ignore[attr-defined]
+            return
+        opt._trainscope_step = (0, False)  # type: ignore[attr-defined]
+        if entered:
             self.clock.leave("optimizer")
-            opt._trainscope_entered = False  # type: ignore[attr-defined]
         if id(opt) not in self._counts:
             return
         self._counts[id(opt)] += 1
         if opt is not self._leader():
             return
+        if self._saved is not None:
+            # Counted after the step, not before: a closure (Lightning, LBFGS) makes the
+            # gradients inside step(), and zero_grad has not run yet.
+            params = (p for g in opt.param_groups for p in g["params"])
+            self._grad_bytes = tensor_bytes(p.grad for p in params if p.grad is not None)
         self._stop_memory_probe(finished=True)
         # Counts in the optimizers' order; named when the record is written (flush).
         self.clock.step_end([self._counts.get(id(o), 0) for o in self.optimizers])
@@ -446,13 +491,14 @@ class ScriptHooks:
 
     def _timed_iter(self, original: Any) -> Any:
         def __iter__(loader: Any) -> Any:
-            if len(self.loaders) < MAX_TRACKED and id(loader) not in self.loaders:
-                self.loaders[id(loader)] = {
+            if len(self.loaders) < MAX_TRACKED and loader not in self._seen_loaders:
+                self._seen_loaders.add(loader)
+                self.loaders.append({
                     "num_workers": loader.num_workers,
                     "batch_size": loader.batch_size,
                     "pin_memory": bool(loader.pin_memory),
                     "training": not self._evaluating(),
-                }
+                })  # fmt: skip
             return self._fetch(original, loader, creating=True)
 
         return __iter__

@@ -237,7 +237,7 @@ class ProfileSession:
         facts.device, facts.device_name = str(device), device_name(device)
         facts.precision = _precision(hooks) if hooks.roots else "unknown"
         facts.strategy = _strategy(hooks, self.place.world_size)
-        train_loaders = [v for v in hooks.loaders.values() if v["training"]]
+        train_loaders = [v for v in hooks.loaders if v["training"]]
         if train_loaders:
             facts.loader, facts.num_workers = "torch", int(train_loaders[0]["num_workers"])
         sizes = sorted(s["batch_size"] for s in self.steps if s["batch_size"])
@@ -293,7 +293,7 @@ class ProfileSession:
             "optimizer_steps": hooks.optimizer_counts(),
             "optimizers": hooks.optimizer_rows(),
             "models": [type(r).__name__ for r in hooks.roots],
-            "loaders": list(hooks.loaders.values()),
+            "loaders": list(hooks.loaders),
             "setup_ends_s": self.clock.setup_end_s,
             "tail_s": self.clock.tail(),
             "other_holds": OTHER_HOLDS,
