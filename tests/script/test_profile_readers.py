@@ -99,3 +99,22 @@ def test_an_existing_run_folder_is_refused_unless_overwritten(
                    str(tmp_path / "train.py")) == 1  # fmt: skip
     assert (tmp_path / "mine" / "notes.txt").read_text() == "the user's"
     assert summary(out)["status"] == "completed"
+
+
+def test_the_doctor_weighs_a_stage_against_the_whole_script_step(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A script's own code inside its steps is part of its step time: an optimizer that
+    dominates the model's compute but is a small part of the whole step is not called
+    optimizer-bound (Lightning's closure bookkeeping was left out, and it was)."""
+    write(tmp_path, "slow_own_code.py", SCRIPT.replace(
+        "    opt.zero_grad()", "    opt.zero_grad()\n    time.sleep(0.03)  # its own code"
+    ).replace("import torch", "import time\nimport torch", 1))  # fmt: skip
+    run = tmp_path / "run"
+    assert main(["profile", "-q", "--out", str(run), str(tmp_path / "slow_own_code.py")]) == 0
+    step_other = [e["stages"]["other"] for e in map(json.loads, (run / "metrics.jsonl")
+                  .read_text().splitlines()) if e.get("event") == "step"][1:]  # fmt: skip
+    assert min(step_other) >= 0.03 * 0.99  # the sleep sits inside the next step
+    assert main(["doctor", "--json", str(run)]) == 0
+    rules = {f["rule"] for f in json.loads(capsys.readouterr().out)}
+    assert "optimizer-bound" not in rules

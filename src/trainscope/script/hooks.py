@@ -495,7 +495,9 @@ class ScriptHooks:
                 self._seen_loaders.add(loader)
                 self.loaders.append({
                     "num_workers": loader.num_workers,
-                    "batch_size": loader.batch_size,
+                    # A batch sampler's own (accelerate's loaders, Hugging Face's Trainer)
+                    "batch_size": loader.batch_size
+                    or getattr(loader.batch_sampler, "batch_size", None),
                     "pin_memory": bool(loader.pin_memory),
                     "training": not self._evaluating(),
                 })  # fmt: skip
