@@ -158,6 +158,7 @@ def test_hf_trainer_under_profile(tmp_path: Path, shared_data: Path) -> None:
     assert s["stages_s"]["evaluation"] > 0  # evaluate() every 2 steps
     assert s["stages_s"]["checkpoint"] > 0  # save_strategy="steps": safetensors, torch.save
     assert s["model"] == "BertForSequenceClassification"
+    assert s["samples"] == 4 * 8  # its batches are BatchEncoding mappings
     # accelerate's loader holds its batch size in its batch sampler
     assert s["script"]["loaders"][0] == {"num_workers": 0, "batch_size": 8,
                                          "pin_memory": False, "training": True}  # fmt: skip

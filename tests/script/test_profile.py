@@ -343,6 +343,42 @@ def test_evaluation_and_checkpoints_are_their_own_stages(here: Path) -> None:
     assert (here / "ckpt1.pt").is_file()  # what the script writes is its own
 
 
+def test_a_training_batch_fetched_before_model_train_is_still_training(here: Path) -> None:
+    """As Hugging Face's Trainer does: after an evaluation the next training batch is
+    fetched while the model is still in eval mode, and model.train() comes after."""
+    script = write(
+        here,
+        "late_train.py",
+        """
+        import torch
+        from torch import nn
+        from torch.utils.data import DataLoader, TensorDataset
+        model = nn.Linear(4, 2)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        train = DataLoader(TensorDataset(torch.randn(48, 4), torch.randint(0, 2, (48,))),
+                           batch_size=8)
+        held_out = DataLoader(TensorDataset(torch.randn(16, 4), torch.randint(0, 2, (16,))),
+                              batch_size=16)
+        for epoch in range(2):
+            for x, y in train:  # the batch after an evaluation: fetched in eval mode
+                model.train()
+                nn.functional.cross_entropy(model(x), y).backward()
+                opt.step(); opt.zero_grad()
+                model.eval()
+                for hx, hy in held_out:
+                    model(hx)
+    """,
+    )
+    assert profile("-q", "--out", "run", str(script)) == 0
+    s = summary(here / "run")
+    assert s["steps"] == 12 and s["samples"] == 12 * 8
+    records = steps(here / "run")
+    assert [r["batch_size"] for r in records] == [8] * 12
+    # each step waited for its batch: not an evaluation's wait
+    assert all(r["stages"]["data_wait"] > 0 for r in records)
+    assert [x["training"] for x in s["script"]["loaders"]] == [True, False]
+
+
 def test_a_script_that_changes_directory_and_uses_workers(here: Path) -> None:
     (here / "elsewhere").mkdir()
     script = write(

@@ -26,7 +26,7 @@ from __future__ import annotations
 import time
 import warnings
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -118,7 +118,10 @@ def _first_tensor(obj: Any, depth: int = 0) -> torch.Tensor | None:
         return obj
     if depth > 3:
         return None
-    items = obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (list, tuple)) else ()
+    # Mapping, not dict: Hugging Face's batches are BatchEncoding (a UserDict)
+    items = (
+        obj.values() if isinstance(obj, Mapping) else obj if isinstance(obj, (list, tuple)) else ()
+    )
     for item in items:
         found = _first_tensor(item, depth + 1)
         if found is not None:
@@ -153,9 +156,10 @@ class ScriptHooks:
         self.optimizers: list[torch.optim.Optimizer] = []
         self._counts: dict[int, int] = {}
         self.loaders: list[dict[str, Any]] = []  # each DataLoader seen, first one first
-        # The loaders themselves, weakly: a loader built per epoch is freed and a new one
-        # may get its id() (keyed by id, the second epoch's loaders went uncounted).
-        self._seen_loaders: weakref.WeakSet[Any] = weakref.WeakSet()
+        # Whether each loader feeds training, decided when it is first iterated and kept
+        # with the loader, weakly (keyed by id(), a freed epoch's loader lent its id to
+        # the next one, which went uncounted).
+        self._loader_training: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
         self.device: torch.device | None = None
         self.autocast: str | None = None
         self.param_dtype: str | None = None
@@ -467,8 +471,17 @@ class ScriptHooks:
 
         return scale
 
-    def _fetch(self, original: Any, it: Any, creating: bool) -> Any:
-        stage = "evaluation" if self._evaluating() else "data_wait"
+    def _fetch(self, original: Any, it: Any, creating: bool, training: bool | None) -> Any:
+        """``training``: whether the loader feeds training, as first seen (None: unknown).
+        A training loader's batch is data wait even while the model is still in eval
+        mode: Hugging Face's Trainer fetches the next batch after an evaluation and only
+        then calls ``model.train()`` (it was counted as evaluation, its samples lost)."""
+        if not torch.is_grad_enabled() or torch.is_inference_mode_enabled():
+            stage = "evaluation"
+        elif training is not None:
+            stage = "data_wait" if training else "evaluation"
+        else:
+            stage = "evaluation" if self._evaluating() else "data_wait"
         self._check_limit(stage)
         entered = self.clock.enter(stage)
         try:
@@ -485,25 +498,37 @@ class ScriptHooks:
 
     def _timed_next(self, original: Any) -> Any:
         def __next__(it: Any) -> Any:
-            return self._fetch(original, it, creating=False)
+            training = getattr(it, "_trainscope_training", None)
+            return self._fetch(original, it, creating=False, training=training)
 
         return __next__
 
     def _timed_iter(self, original: Any) -> Any:
         def __iter__(loader: Any) -> Any:
-            if len(self.loaders) < MAX_TRACKED and loader not in self._seen_loaders:
-                self._seen_loaders.add(loader)
-                self.loaders.append({
-                    "num_workers": loader.num_workers,
-                    # A batch sampler's own (accelerate's loaders, Hugging Face's Trainer)
-                    "batch_size": loader.batch_size
-                    or getattr(loader.batch_sampler, "batch_size", None),
-                    "pin_memory": bool(loader.pin_memory),
-                    "training": not self._evaluating(),
-                })  # fmt: skip
-            return self._fetch(original, loader, creating=True)
+            training = self._loader_training.get(loader)
+            if training is None:
+                training = not self._evaluating()
+                self._loader_training[loader] = training
+                if len(self.loaders) < MAX_TRACKED:
+                    self.loaders.append(self._loader_row(loader, training))
+            it = self._fetch(original, loader, creating=True, training=training)
+            try:  # its batches are the loader's, whatever mode the model is in then
+                it._trainscope_training = training
+            except AttributeError:  # an iterator with __slots__: decided per batch
+                pass
+            return it
 
         return __iter__
+
+    @staticmethod
+    def _loader_row(loader: Any, training: bool) -> dict[str, Any]:
+        return {
+            "num_workers": loader.num_workers,
+            # a batch sampler's own (accelerate's loaders, Hugging Face's Trainer)
+            "batch_size": loader.batch_size or getattr(loader.batch_sampler, "batch_size", None),
+            "pin_memory": bool(loader.pin_memory),
+            "training": training,
+        }
 
     # --- step records --------------------------------------------------------------------
 
