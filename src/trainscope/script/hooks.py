@@ -23,7 +23,6 @@ as they were. Nothing in the script is changed.
 
 from __future__ import annotations
 
-import time
 import warnings
 import weakref
 from collections.abc import Callable, Mapping
@@ -40,6 +39,7 @@ from trainscope.profiling.memory import (
     tensor_bytes,
 )
 from trainscope.script.clock import STEP_STAGES, StageClock
+from trainscope.script.ticks import CudaTicks
 
 # torch warns, on each call of a ``torch.compile``d module while global module hooks are
 # registered, that they fire once more for the OptimizedModule: those are trainscope's
@@ -62,39 +62,6 @@ class StepLimit(BaseException):
     def __init__(self, steps: int) -> None:
         super().__init__(f"stopped after {steps} training step(s) (--steps {steps})")
         self.steps = steps
-
-
-class CudaTicks:
-    """Boundary tokens on CUDA: a host reading and an event on the current stream. Two
-    tokens that both carry events are the GPU's time between them (no synchronize until
-    they are read); a host-only token (from before the first CUDA forward) counts host
-    time."""
-
-    kind = "cuda_events"
-
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
-
-    def tick(self) -> Any:
-        ev = torch.cuda.Event(enable_timing=True)
-        ev.record(torch.cuda.current_stream(self.device))
-        return (time.perf_counter(), ev)
-
-    def host(self, token: Any) -> float:
-        return token[0] if isinstance(token, tuple) else token
-
-    def seconds(self, start: Any, end: Any) -> float:
-        if isinstance(start, tuple) and isinstance(end, tuple):
-            return start[1].elapsed_time(end[1]) / 1000.0
-        return self.host(end) - self.host(start)
-
-    def ready(self, token: Any, block: bool) -> bool:
-        if not isinstance(token, tuple):
-            return True
-        if block:
-            token[1].synchronize()
-            return True
-        return bool(token[1].query())
 
 
 def _scheduler_classes() -> list[type]:
@@ -625,4 +592,4 @@ class ScriptHooks:
         }
 
 
-__all__ = ["MAX_TRACKED", "CudaTicks", "ScriptHooks", "StepLimit"]
+__all__ = ["MAX_TRACKED", "ScriptHooks", "StepLimit"]
