@@ -37,6 +37,7 @@ from transformers import (  # noqa: E402
     DataCollatorWithPadding,
     Trainer,
     TrainingArguments,
+    set_seed,
 )
 
 # The shared data folder beside the checkout (examples/profile/ -> ../../../shared/data).
@@ -85,6 +86,7 @@ def accuracy(pred: Any) -> dict[str, float]:
 
 def fine_tune(args: argparse.Namespace, out: Path) -> None:
     tokenizer = AutoTokenizer.from_pretrained(args.model)
+    set_seed(args.seed)  # before the classifier head is initialised: runs repeat exactly
     model = AutoModelForSequenceClassification.from_pretrained(args.model, num_labels=2)
     # Only as many training rows as the steps use: tokenizing all 67,349 takes longer.
     train = Sentences(args.data / "train.tsv", tokenizer, args.max_length,

@@ -105,13 +105,22 @@ def test_plain_dataloader_runs_as_a_plain_script(tmp_path: Path) -> None:
     assert re.search(r"held-out accuracy 0\.\d+", done.stdout)
 
 
-@pytest.mark.slow  # starts an interpreter and torch
-def test_grad_accum_runs_as_a_plain_script(tmp_path: Path) -> None:
+@pytest.mark.slow  # starts an interpreter and torch, twice
+def test_grad_accum_runs_as_a_plain_script_and_profile_changes_nothing(tmp_path: Path) -> None:
     args = ["--steps", "20", "--eval-every", "10", "--out", "ckpt"]
     done = run([sys.executable, str(EXAMPLES / "grad_accum.py"), *args], tmp_path, 90)
     assert done.returncode == 0, done.stderr
     assert "step 10:" in done.stdout and "step 20:" in done.stdout
     assert {p.name for p in (tmp_path / "ckpt").iterdir()} == {"best.pt", "last.pt"}
+    # The same script under trainscope profile computes the same losses, digit for digit.
+    profiled = run([*trainscope_command(), "profile", "-q", "--out", "run", "--",
+                    str(EXAMPLES / "grad_accum.py"), *args], tmp_path, 90)  # fmt: skip
+    assert profiled.returncode == 0, profiled.stderr
+
+    def losses(out: str) -> list[str]:
+        return [ln for ln in out.splitlines() if ln.startswith("step ")]
+
+    assert losses(profiled.stdout) == losses(done.stdout) and losses(done.stdout)
 
 
 # --- the libraries' own loops (only where installed) -----------------------------------
