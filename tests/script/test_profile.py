@@ -464,6 +464,33 @@ def test_a_compiled_model_is_measured_and_its_graph_left_alone(
     assert s["stages_s"]["forward"] > 0 and s["memory"]["parameters_bytes"] == (40 + 9) * 4
 
 
+def test_a_model_compiled_in_place_is_seen_and_put_back(here: Path) -> None:
+    """``module.compile()`` compiles the module's whole call, hooks and all: its forward
+    is seen through its compiled call, wrapped for the run and put back after it."""
+    import torch
+    from torch import nn
+    from torch._dynamo.utils import counters
+
+    import trainscope
+
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with trainscope.profile(out=str(here / "run")) as session:
+        model.compile(backend="eager")
+        for step in range(1, 6):
+            model(torch.randn(3, 4)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+            if step == 2:  # the memory probe's step may recompile once; none after it
+                after_probe = sum(counters["graph_break"].values())
+        assert sum(counters["graph_break"].values()) == after_probe
+    s = session.summary  # type: ignore[attr-defined]
+    assert s["steps"] == 5 and s["model"] == "Sequential"
+    assert s["stages_s"]["forward"] > 0 and s["memory"]["parameters_bytes"] == (40 + 9) * 4
+    # put back as module.compile() left it: no trainscope frame in the module's call
+    assert "trainscope" not in (model._compiled_call_impl.__code__.co_filename or "")
+
+
 @pytest.mark.gpu
 def test_on_cuda_stages_are_cuda_events_and_each_has_its_peak(here: Path) -> None:
     torch = pytest.importorskip("torch")

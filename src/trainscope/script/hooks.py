@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import warnings
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -39,6 +39,7 @@ from trainscope.profiling.memory import (
     tensor_bytes,
 )
 from trainscope.script.clock import STEP_STAGES, StageClock
+from trainscope.script.finders import batch_size, scheduler_classes
 from trainscope.script.ticks import CudaTicks
 
 # torch warns, on each call of a ``torch.compile``d module while global module hooks are
@@ -62,43 +63,6 @@ class StepLimit(BaseException):
     def __init__(self, steps: int) -> None:
         super().__init__(f"stopped after {steps} training step(s) (--steps {steps})")
         self.steps = steps
-
-
-def _scheduler_classes() -> list[type]:
-    """``torch.optim.lr_scheduler.LRScheduler`` and each subclass with a ``step`` of its
-    own (ReduceLROnPlateau, SequentialLR, ...): every scheduler step goes through one of
-    them (a scheduler inside SequentialLR is a stage within the same stage)."""
-    from torch.optim.lr_scheduler import LRScheduler
-
-    found, todo = [], [LRScheduler]
-    while todo and len(found) < 4 * MAX_TRACKED:
-        cls = todo.pop()
-        if "step" in cls.__dict__ and cls not in found:
-            found.append(cls)
-        todo.extend(cls.__subclasses__())
-    return found
-
-
-def _first_tensor(obj: Any, depth: int = 0) -> torch.Tensor | None:
-    """The first tensor in a batch (a tensor, or nested in a tuple, list or dict)."""
-    if isinstance(obj, torch.Tensor):
-        return obj
-    if depth > 3:
-        return None
-    # Mapping, not dict: Hugging Face's batches are BatchEncoding (a UserDict)
-    items = (
-        obj.values() if isinstance(obj, Mapping) else obj if isinstance(obj, (list, tuple)) else ()
-    )
-    for item in items:
-        found = _first_tensor(item, depth + 1)
-        if found is not None:
-            return found
-    return None
-
-
-def _batch_size(obj: Any) -> int:
-    t = _first_tensor(obj)
-    return int(t.shape[0]) if t is not None and t.dim() > 0 else 0
 
 
 class ScriptHooks:
@@ -145,6 +109,8 @@ class ScriptHooks:
         self._handles: list[Any] = []
         self._patched: list[tuple[Any, str, Any]] = []
         self._filter: Any = None
+        # Modules compiled in place during the run -> their compiled call, to put back.
+        self._compiled: weakref.WeakKeyDictionary[nn.Module, Any] = weakref.WeakKeyDictionary()
 
     # --- install / remove ----------------------------------------------------------------
 
@@ -166,8 +132,9 @@ class ScriptHooks:
         self._wrap(nn.Module, "zero_grad", self._timed("optimizer"))
         self._wrap(dataloader._BaseDataLoaderIter, "__next__", self._timed_next)
         self._wrap(dataloader.DataLoader, "__iter__", self._timed_iter)
-        for scheduler in _scheduler_classes():
+        for scheduler in scheduler_classes():
             self._wrap(scheduler, "step", self._timed_schedule)
+        self._wrap(nn.Module, "compile", self._seen_when_compiled)
         self._wrap(torch, "save", self._timed("checkpoint"))
         self._wrap(torch.amp.GradScaler, "scale", self._remember_unscaled)
         try:
@@ -200,6 +167,9 @@ class ScriptHooks:
         for owner, name, original in reversed(self._patched):
             setattr(owner, name, original)
         self._patched.clear()
+        for module, inner in list(self._compiled.items()):
+            module._compiled_call_impl = inner  # as module.compile() left it
+        self._compiled.clear()
         if self._filter in warnings.filters:
             warnings.filters.remove(self._filter)
             # What filterwarnings does after a change (so cached decisions are dropped).
@@ -272,7 +242,7 @@ class ScriptHooks:
         if stage == "forward" and entered and self.roots and module is self.roots[0]:
             self.clock.add_micro()
             if not self._loader_samples:  # no DataLoader batch: the model's input says
-                self.clock.add_samples(_batch_size(args))
+                self.clock.add_samples(batch_size(args))
             self._start_memory_probe()
 
     def _forward_post(self, module: nn.Module, args: Any, output: Any) -> None:
@@ -400,6 +370,31 @@ class ScriptHooks:
 
         return make
 
+    def _seen_when_compiled(self, original: Any) -> Any:
+        """``module.compile()`` compiles the module's whole call, global hooks included,
+        so its outermost call ran no hook at all (its forward was ``other``, its model
+        unseen). The compiled call is wrapped here to run the module hooks eagerly
+        around it, and put back by :meth:`remove`."""
+
+        def compile(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
+            out = original(module, *args, **kwargs)
+            inner = getattr(module, "_compiled_call_impl", None)
+            if inner is None or module in self._compiled:
+                return out
+            self._compiled[module] = inner
+
+            def call(*a: Any, **k: Any) -> Any:
+                self._forward_pre(module, a)
+                try:
+                    return inner(*a, **k)
+                finally:
+                    self._forward_post(module, a, None)
+
+            module._compiled_call_impl = call
+            return out
+
+        return compile
+
     def _timed_schedule(self, original: Any) -> Any:
         """A learning-rate scheduler's ``step`` is ``optimizer`` (as in trainscope's own
         loop), once an optimizer has stepped: a scheduler's constructor steps it once,
@@ -457,7 +452,7 @@ class ScriptHooks:
             if entered:
                 self.clock.leave(stage)
         if stage == "data_wait" and not creating:
-            n = _batch_size(out)
+            n = batch_size(out)
             if n:
                 self.clock.add_samples(n)
                 self._loader_samples = True
