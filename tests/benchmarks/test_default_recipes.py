@@ -3,28 +3,20 @@ one real run of it (one seed, two epochs) in a process of its own (``slow``)."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.benchmarks.scripts import load_benchmark
 from tests.conftest import scaled
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "benchmarks" / "default_recipes.py"
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("default_recipes", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["default_recipes"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-dr = _load()
+dr = load_benchmark("default_recipes")
 
 
 @pytest.mark.timeout(10)

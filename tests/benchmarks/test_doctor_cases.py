@@ -3,29 +3,16 @@ doctor has, and its tallies count what they say (planted results: no runs)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.benchmarks.scripts import load_benchmark
 from trainscope.cli import build_parser, overrides_from_args
 from trainscope.config import resolve
 from trainscope.diagnosis.rules import RULES
 
-REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "benchmarks" / "doctor_cases.py"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("doctor_cases", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["doctor_cases"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-dc = _load()
+dc = load_benchmark("doctor_cases")
 
 pytestmark = pytest.mark.timeout(60)
 

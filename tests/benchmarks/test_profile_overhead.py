@@ -3,25 +3,13 @@ difference (planted figures; the benchmark itself is run on purpose, never here)
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "benchmarks" / "profile_overhead.py"
+from tests.benchmarks.scripts import load_benchmark
 
-
-def _load():
-    spec = importlib.util.spec_from_file_location("profile_overhead", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["profile_overhead"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-po = _load()
+po = load_benchmark("profile_overhead")
 
 # nanoGPT's own lines (train.py prints them), with its evaluation and checkpoint lines
 NANOGPT_OUT = """\

@@ -6,25 +6,11 @@ No timing is measured: only that a ratio is stated where trainscope's rule allow
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "benchmarks" / "sync_strategies.py"
+from tests.benchmarks.scripts import load_benchmark
 
-
-def _load():
-    spec = importlib.util.spec_from_file_location("sync_strategies", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["sync_strategies"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-ss = _load()
+ss = load_benchmark("sync_strategies")
 
 
 @pytest.mark.timeout(10)

@@ -6,28 +6,18 @@ No timing is asserted: only the arithmetic, the verdicts and that the command ru
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.benchmarks.scripts import load_benchmark
 from trainscope.config import MAX_SYSTEM_INTERVAL_S, MIN_SYSTEM_INTERVAL_S
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "benchmarks" / "system_overhead.py"
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("system_overhead", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["system_overhead"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-so = _load()
+so = load_benchmark("system_overhead")
 
 
 @pytest.mark.timeout(10)

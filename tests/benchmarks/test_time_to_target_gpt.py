@@ -4,28 +4,18 @@ nanoGPT's process, and the earlier evaluations it reads from a trainscope run.""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "benchmarks" / "time_to_target_gpt.py"
+from tests.benchmarks.scripts import load_benchmark
+
 pytestmark = pytest.mark.timeout(30)
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("time_to_target_gpt", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["time_to_target_gpt"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-ttt = _load()
+ttt = load_benchmark("time_to_target_gpt")
 
 
 def run(side: str, seed: int, t: float | None, one: float | None = None) -> dict:
