@@ -76,6 +76,8 @@ HELP_MODULES = {
     "trainscope.registry",
     "trainscope.runtime",
     "trainscope.runtime.signals",
+    "trainscope.script",
+    "trainscope.script.injections",  # --inject's keys, read before the script runs
     "trainscope.tracking",
     "trainscope.tracking.base",
     "trainscope.tracking.sink",

@@ -15,8 +15,11 @@ import sys
 from typing import Any
 
 from trainscope.errors import ConfigError
+from trainscope.script.injections import as_arguments, keys_help, parse_injections
 
-VALUE_FLAGS = ("--out", "--steps", "--warmup-steps", "--threads", "--log-every", "--nproc")
+VALUE_FLAGS = (
+    "--out", "--steps", "--warmup-steps", "--threads", "--log-every", "--nproc", "--inject",
+)  # fmt: skip
 USAGE = "trainscope profile [OPTIONS] [--] SCRIPT.py [ARGS...] | -m MODULE [ARGS...]"
 
 
@@ -68,6 +71,13 @@ def add_parser(sub: Any) -> None:
         default=1,
         metavar="N",
         help="processes on this node, started through torchrun",
+    )
+    p.add_argument(
+        "--inject",
+        action="append",
+        metavar="KEY=VALUE",
+        help="change a setting of the unchanged script, recorded in the run (repeatable). "
+        + keys_help(),
     )
     p.add_argument("--quiet", "-q", action="store_true", help="print trainscope's errors only")
     p.set_defaults(handler=cmd_profile, target=None)
@@ -121,9 +131,12 @@ def cmd_profile(args: argparse.Namespace) -> int:
     _positive("--nproc", args.nproc)
     if args.nproc > 64:
         raise ConfigError(f"--nproc {args.nproc}: at most 64 processes on one node")
+    injected = parse_injections(args.inject)
+    if "threads" in injected and args.threads is not None:
+        raise ConfigError("--threads and --inject threads=N say the same: give one")
     target = _target(args.target)
     if args.nproc > 1:
-        return _launch(args, target)
+        return _launch(args, target, injected)
     from trainscope.script.profile import profile_target
     from trainscope.script.session import DEFAULT_WARMUP_STEPS, ProfileOptions
 
@@ -134,11 +147,12 @@ def cmd_profile(args: argparse.Namespace) -> int:
         threads=args.threads,
         warmup_steps=DEFAULT_WARMUP_STEPS if args.warmup_steps is None else args.warmup_steps,
         log_every=args.log_every,
+        injected=injected,
     )
     return profile_target(target, options, quiet=args.quiet)
 
 
-def _launch(args: argparse.Namespace, target: Any) -> int:
+def _launch(args: argparse.Namespace, target: Any, injected: dict[str, Any]) -> int:
     """``--nproc N``: the same command in N processes through torchrun; rank 0's record
     is shown here once they have all ended."""
     from pathlib import Path
@@ -156,6 +170,7 @@ def _launch(args: argparse.Namespace, target: Any) -> int:
                         ("--threads", args.threads)):  # fmt: skip
         if value is not None:
             own += [flag, str(value)]
+    own += as_arguments(injected)
     command = ["-m", target.name] if target.kind == "module" else [target.name]
     # The strategy is the script's own; DistConfig asks for a multi-process one to launch.
     launch = DistConfig(strategy="ddp", nproc=args.nproc)

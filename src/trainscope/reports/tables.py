@@ -522,8 +522,25 @@ def _script_rows(summary: dict[str, Any], rows: list[list[object]]) -> list[list
     counts = script.get("optimizer_steps") if isinstance(script, dict) else None
     steps = ", ".join(f"{_text(k)} {fmt_int(v)}" for k, v in counts.items()) if isinstance(
         counts, dict) else MISSING  # fmt: skip
+    injected = _injected(summary)
     return [[kept[0][0], kept[0][1]], ["Script", _text(script_argv(summary))],
+            *([["Injected", injected]] if injected else []),
             *kept[1:], ["Optimizer steps", steps or MISSING]]  # fmt: skip
+
+
+def _injected(summary: dict[str, Any]) -> str | None:
+    """``--inject``'s settings as ``key=value``, those that change numerics marked."""
+    source = summary.get("source")
+    given = source.get("injected") if isinstance(source, dict) else None
+    if not isinstance(given, dict) or not given:
+        return None
+    numerics = source.get("injected_numerics") or []
+    words = []
+    for key, value in given.items():
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        mark = " (changes numerics)" if isinstance(numerics, list) and key in numerics else ""
+        words.append(f"{key}={text}{mark}")
+    return ", ".join(words)
 
 
 def overview_table(summary: dict[str, Any], env: dict[str, Any] | None = None) -> Table:

@@ -20,6 +20,7 @@ from typing import Any
 from trainscope.errors import Terminated
 from trainscope.records import launch_outcomes
 from trainscope.script.hooks import StepLimit
+from trainscope.script.injections import as_arguments, parse_injections
 from trainscope.script.session import NO_STEP, ProfileOptions, ProfileSession
 from trainscope.script.target import Target, print_script_traceback, run_target
 from trainscope.train.console import RunConsole
@@ -60,6 +61,9 @@ def _finish(session: ProfileSession, console: RunConsole, code: int, *,
             note: str | None = None) -> int:  # fmt: skip
     summary = session.end(error, status=status, note=note)
     console.finish(summary, session.run_dir if session.place.rank == 0 else None)
+    if session.place.rank == 0:
+        for text in session.injector.notes():  # --inject that changed less than asked
+            console.note(f"note: {text}")
     if not summary.get("steps") and session.place.rank == 0:
         console.note(f"note: {NO_STEP}; the time measured is in the stage table above")
     return code
@@ -68,18 +72,21 @@ def _finish(session: ProfileSession, console: RunConsole, code: int, *,
 @contextlib.contextmanager
 def profile(out: str | None = None, *, overwrite: bool = False, steps: int | None = None,
             warmup_steps: int | None = None, log_every: int = 10, quiet: bool = True,
-            name: str = "notebook") -> Iterator[ProfileSession]:  # fmt: skip
+            name: str = "notebook",
+            inject: dict[str, Any] | None = None) -> Iterator[ProfileSession]:  # fmt: skip
     """Measure the training code inside the ``with`` block as ``trainscope profile``
     measures a script; the record goes to ``out`` (default ``runs/<name>-<time>``).
 
     ``steps``: the block is ended after that many training steps (the exception that
-    ends it is caught here, and the code after the block runs on). The session's
-    ``summary`` attribute holds the record once the block has ended."""
+    ends it is caught here, and the code after the block runs on). ``inject``: the
+    settings of ``--inject`` (``{"num_workers": 4}``), checked as the command line checks
+    them. The session's ``summary`` attribute holds the record once the block has ended."""
     from trainscope.script.session import DEFAULT_WARMUP_STEPS
 
     options = ProfileOptions(
         out=out, overwrite=overwrite, steps=steps, log_every=log_every,
         warmup_steps=DEFAULT_WARMUP_STEPS if warmup_steps is None else warmup_steps,
+        injected=parse_injections(as_arguments(inject or {})[1::2]),
     )  # fmt: skip
     source = {"kind": "python", "argv": [name], "path": None, "module": None, "sha256": None}
     session = ProfileSession(options, source, name)

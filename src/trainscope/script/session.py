@@ -31,6 +31,8 @@ from trainscope.runtime.threads import CpuMeter, ThreadPlan, usable_cores
 from trainscope.script import ranks
 from trainscope.script.clock import HostTicks, StageClock, stage_totals
 from trainscope.script.hooks import ScriptHooks
+from trainscope.script.inject import Injector
+from trainscope.script.injections import INJECTIONS
 from trainscope.strategies.base import grad_layout
 from trainscope.train.failures import describe, machine_cause
 from trainscope.train.record import (
@@ -70,7 +72,14 @@ class ProfileOptions:
     """Steps between reads of the losses and stage times (one device sync each on CUDA)."""
     memory_at: int = 2
     system_interval_s: float = 1.0
+    injected: dict[str, Any] = field(default_factory=dict)
+    """``--inject``'s settings, read (:func:`trainscope.script.injections.parse_injections`)."""
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def script_threads(self) -> int | None:
+        """The threads to set: ``--threads`` or ``--inject threads=N``."""
+        return self.threads if self.threads is not None else self.injected.get("threads")
 
 
 def default_out(stem: str) -> Path:
@@ -139,13 +148,17 @@ class ProfileSession:
             self.claim()
         assert self.owned is not None
         opts = self.options
-        if opts.threads is not None:
-            torch.set_num_threads(opts.threads)
+        if opts.script_threads is not None:
+            torch.set_num_threads(opts.script_threads)
         self.writer = RunWriter(self.owned)
         if self.place.rank == 0:
             self.writer.write_env(describe_environment(torch.device("cpu")))
         self.record = RunSummary(self.writer, self._facts())
         source = dict(self.source)
+        if opts.injected:
+            source["injected"] = dict(opts.injected)
+            # the keys that change the numbers the script computes, not only its speed
+            source["injected_numerics"] = [k for k in opts.injected if INJECTIONS[k].numerics]
         if self.place.world_size > 1:  # what the other ranks wait for (script.ranks)
             source["launch"] = self.place.token
         self.record._put("source", source=source)  # noqa: SLF001 (its section)
@@ -162,6 +175,7 @@ class ProfileSession:
         )  # fmt: skip
         self.sampler.__enter__()
         self.hooks.install()
+        self.injector = Injector(opts.injected).install()
 
     def _facts(self) -> RunFacts:
         return RunFacts(
@@ -175,12 +189,21 @@ class ProfileSession:
 
     def _thread_plan(self) -> ThreadPlan:
         n = torch.get_num_threads()
-        given = self.options.threads
+        given = self.options.script_threads
         source = (
-            f"--threads {given}" if given is not None else f"the script's own ({n} at its start)"
+            self._threads_source(given)
+            if given is not None
+            else f"the script's own ({n} at its start)"
         )
         return ThreadPlan(n, given if given is not None else n, source, usable_cores(),
                           self.place.local_world_size)  # fmt: skip
+
+    def _threads_source(self, given: int) -> str:
+        return (
+            f"--threads {given}"
+            if self.options.threads is not None
+            else f"--inject threads={given}"
+        )
 
     def _on_steps(self, records: list[dict[str, Any]]) -> None:
         for r in records:
@@ -201,6 +224,9 @@ class ProfileSession:
         assert hooks is not None
         end = self.clock.close()  # the wall ends at the clock's last boundary
         hooks.remove()
+        self.injector.remove()
+        for text in self.injector.notes():
+            self.record.note(text)
         try:
             hooks.flush(block=True)
         except Exception as e:  # a loss the device cannot give back (it failed): say so
@@ -303,6 +329,8 @@ class ProfileSession:
             "pid": os.getpid(),
             "host": socket.gethostname(),
             "local_rank": self.place.local_rank,
+            # --inject's DataLoader keys: what each loader was given and what it got
+            **({"injected_loaders": self.injector.loaders} if self.injector.for_loaders else {}),
         }
 
 

@@ -1,0 +1,106 @@
+"""Settings changed from outside an unchanged script: ``trainscope profile --inject KEY=VALUE``.
+
+The registry of keys (torch-free: the command line checks ``--inject`` before anything
+runs). Each entry says what it changes, how its value is read, whether it changes the
+numbers the script computes, and which part of the script it needs (a DataLoader, or
+nothing). :mod:`trainscope.script.inject` applies them through public APIs for the time
+of the run; the record keeps them in ``source.injected``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from trainscope.errors import ConfigError
+
+TRUE_WORDS = ("true", "1", "yes", "on")
+FALSE_WORDS = ("false", "0", "no", "off")
+
+
+def _flag(key: str, text: str) -> bool:
+    word = text.strip().lower()
+    if word in TRUE_WORDS or word in FALSE_WORDS:
+        return word in TRUE_WORDS
+    raise ConfigError(f"--inject {key}={text}: give true or false")
+
+
+def _count(low: int, high: int) -> Callable[[str, str], int]:
+    def read(key: str, text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise ConfigError(f"--inject {key}={text}: give a whole number") from None
+        if not low <= value <= high:
+            raise ConfigError(f"--inject {key}={value}: give a number in {low}..{high}")
+        return value
+
+    return read
+
+
+@dataclass(frozen=True)
+class Injection:
+    """One key of ``--inject``."""
+
+    key: str
+    read: Callable[[str, str], Any]
+    """(key, text) -> the value, or a ConfigError in one line."""
+    help: str
+    needs: str = "nothing"
+    """What of the script it applies to: ``dataloader`` (every DataLoader it builds), or
+    ``nothing`` (the process)."""
+    numerics: bool = False
+    """It changes the numbers the script computes (precision), not only their speed."""
+
+
+INJECTIONS: dict[str, Injection] = {
+    i.key: i
+    for i in (
+        Injection("num_workers", _count(0, 64), "worker processes of every DataLoader",
+                  needs="dataloader"),
+        Injection("pin_memory", _flag, "page-locked batches from every DataLoader (true/false)",
+                  needs="dataloader"),
+        Injection("persistent_workers", _flag,
+                  "every DataLoader keeps its workers between epochs (with workers only)",
+                  needs="dataloader"),
+        Injection("prefetch_factor", _count(1, 64),
+                  "batches each worker loads ahead (with workers only)", needs="dataloader"),
+        Injection("threads", _count(1, 1024), "torch's intra-op threads (as --threads)"),
+    )
+}  # fmt: skip
+"""Every key ``--inject`` knows, in the order ``--help`` lists them."""
+
+
+def parse_injections(items: list[str] | None) -> dict[str, Any]:
+    """``["num_workers=4", ...]`` -> ``{"num_workers": 4}``; refused in one line: an
+    unknown key (the known ones listed), a bad value, a key given twice."""
+    out: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(f"--inject {item}: give KEY=VALUE (keys: {', '.join(INJECTIONS)})")
+        if key not in INJECTIONS:
+            raise ConfigError(f"--inject {key}: unknown key; known: {', '.join(INJECTIONS)}")
+        if key in out:
+            raise ConfigError(f"--inject {key} is given twice")
+        out[key] = INJECTIONS[key].read(key, text)
+    return out
+
+
+def as_arguments(injected: dict[str, Any]) -> list[str]:
+    """The ``--inject`` words that give ``injected`` again (a launch's ranks, a rerun)."""
+    words = []
+    for key, value in injected.items():
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        words += ["--inject", f"{key}={text}"]
+    return words
+
+
+def keys_help() -> str:
+    """One line per key, for ``trainscope profile --help``."""
+    return "; ".join(f"{i.key}: {i.help}" for i in INJECTIONS.values())
+
+
+__all__ = ["INJECTIONS", "Injection", "as_arguments", "keys_help", "parse_injections"]
