@@ -69,11 +69,13 @@ def _env() -> dict[str, str]:
 def test_two_ranks_of_a_ddp_script_each_leave_a_record(tmp_path: Path) -> None:
     write(tmp_path, "ddp.py", DDP)
     done = subprocess.run(
-        [*trainscope(), "profile", "--nproc", "2", "--out", "run", "--", "ddp.py"],
+        [*trainscope(), "profile", "--nproc", "2", "--out", "run", "--inject", "threads=1",
+         "--", "ddp.py"],
         cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=scaled(180),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     s = summary(tmp_path / "run")
+    assert s["source"]["injected"] == {"threads": 1}  # passed on to every rank
     assert s["status"] == "completed" and s["world_size"] == 2
     assert s["strategy"] == "ddp"
     assert s["steps"] == 8 and s["samples"] == 64  # this rank's share of the batches
@@ -82,6 +84,7 @@ def test_two_ranks_of_a_ddp_script_each_leave_a_record(tmp_path: Path) -> None:
     assert set(s["stage_spread"]) >= {"forward", "backward", "optimizer"}
     other = json.loads((tmp_path / "run" / "ranks" / "rank1" / "summary.json").read_text())
     assert other["rank"] == 1 and other["status"] == "completed"
+    assert other["source"]["injected"] == {"threads": 1}
     assert "Where the wall time went" in done.stderr  # rank 0's tables, shown once
 
 
