@@ -65,6 +65,7 @@ HELP_MODULES = {
     "trainscope.data",
     "trainscope.data.mnist_split",
     "trainscope.errors",
+    "trainscope.injections",  # --inject's keys, read before the script runs
     "trainscope.estimate",
     "trainscope.estimate.activations",
     "trainscope.estimate.archs",
@@ -76,8 +77,6 @@ HELP_MODULES = {
     "trainscope.registry",
     "trainscope.runtime",
     "trainscope.runtime.signals",
-    "trainscope.script",
-    "trainscope.script.injections",  # --inject's keys, read before the script runs
     "trainscope.tracking",
     "trainscope.tracking.base",
     "trainscope.tracking.sink",

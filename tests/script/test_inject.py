@@ -4,6 +4,7 @@ recorded, shown in the report, and refused in one line where it cannot apply."""
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from tests.script.helpers import profile, summary, write
 from trainscope.cli import main
 from trainscope.errors import ConfigError
-from trainscope.script.injections import INJECTIONS, as_arguments, parse_injections
+from trainscope.injections import INJECTIONS, as_arguments, parse_injections
 
 # A script that builds its DataLoaders with settings of its own, one of them positional,
 # and prints what torch made of them.
@@ -163,3 +164,43 @@ def test_the_python_api_takes_the_same_settings(here: Path) -> None:
         with trainscope.profile(out=str(here / "again"), inject={"workers": 2}):
             pass
     assert not (here / "again").exists()  # refused before anything was written
+
+
+def test_the_doctor_states_an_injectable_fix_as_the_profile_command_that_applies_it(
+    here: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An input-bound script: the doctor's fix is the same script re-profiled with
+    --inject num_workers=N, from the folder it ran in, and that command runs."""
+    script = write(
+        here,
+        "slow_data.py",
+        """
+        import time, torch
+        from torch.utils.data import DataLoader, Dataset
+        class Slow(Dataset):
+            def __len__(self): return 128
+            def __getitem__(self, i):
+                time.sleep(0.002)
+                return torch.randn(8), torch.tensor(i % 2)
+        model = torch.nn.Linear(8, 2)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x, y in DataLoader(Slow(), batch_size=8):
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step(); opt.zero_grad()
+        """,
+    )
+    assert profile("-q", "--out", "run", "--", script.name) == 0
+    capsys.readouterr()
+    assert main(["doctor", "--json", str(here / "run")]) == 0
+    findings = {f["rule"]: f for f in json.loads(capsys.readouterr().out)}
+    fix = findings["input-bound"]["fix_command"]
+    cd, _, line = fix.partition(" && ")
+    assert cd == f"cd {here}"
+    words = shlex.split(line)
+    assert words[:2] == ["trainscope", "profile"] and words[-2:] == ["--", "slow_data.py"]
+    assert any(w.startswith("num_workers=") for w in words)
+    assert any("measured with --inject" in n for n in findings["input-bound"]["notes"])
+    assert main(words[1:]) == 0  # the command as printed, run here
+    again = summary(here / "run-input-bound")
+    assert again["status"] == "completed" and again["num_workers"] >= 1
+    assert again["source"]["injected"]["num_workers"] == again["num_workers"]

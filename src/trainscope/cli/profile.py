@@ -15,7 +15,7 @@ import sys
 from typing import Any
 
 from trainscope.errors import ConfigError
-from trainscope.script.injections import as_arguments, keys_help, parse_injections
+from trainscope.injections import as_arguments, keys_help, parse_injections
 
 VALUE_FLAGS = (
     "--out", "--steps", "--warmup-steps", "--threads", "--log-every", "--nproc", "--inject",

@@ -13,7 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from trainscope.diagnosis.facts import RunFacts, facts_of, read_facts
-from trainscope.diagnosis.findings import Finding, fix_command, rank, script_change
+from trainscope.diagnosis.findings import (
+    Finding,
+    fix_command,
+    rank,
+    script_change,
+    script_command,
+)
 from trainscope.diagnosis.rules import RULES
 from trainscope.records.run_dir import RunRecord
 
@@ -66,9 +72,14 @@ def diagnosis_of(facts: RunFacts) -> Diagnosis:
     for name, rule in RULES.items():
         finding = rule(facts)
         if finding is not None:
-            if facts.is_script and finding.fix:  # no config to add flags to: code changes
+            if facts.is_script and finding.fix:  # no config: --inject, or a code change
+                finding.command = script_command(facts.summary, facts.path, name, finding.fix)
+                change = script_change(finding.fix)
                 finding.notes.append(
-                    f"in the script, this is a code change: {script_change(finding.fix)}"
+                    f"in the script, the same as the code change {change}, measured with "
+                    "--inject on the unchanged script (the command)"
+                    if finding.command
+                    else f"in the script, this is a code change: {change}"
                 )
             else:
                 finding.command = fix_command(facts.path, name, finding.fix)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from trainscope.diagnosis.facts import RunFacts
+from trainscope.injections import as_arguments, for_fix
 from trainscope.util.numfmt import fmt_sig
 from trainscope.util.spread import Spread
 
@@ -190,6 +191,26 @@ SCRIPT_CHANGES = {
     "--threads": "torch.set_num_threads({v}) (or trainscope profile --threads {v})",
 }
 _DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
+
+
+def script_command(summary: dict[str, Any], run_dir: Path, rule: str,
+                   fix: dict[str, Any]) -> str:  # fmt: skip
+    """A fix to a script run as the same script re-profiled with ``--inject`` (from the
+    folder it ran in, into a folder of its own); "" where a flag has no ``--inject`` key
+    or the record does not say what ran."""
+    injected = for_fix(fix)
+    source = summary.get("source") if isinstance(summary.get("source"), dict) else {}
+    argv, cwd = source.get("argv"), source.get("cwd")
+    if not injected or not isinstance(argv, list) or not argv or source.get("kind") == "python":
+        return ""
+    given = source.get("injected") if isinstance(source.get("injected"), dict) else {}
+    command = ["trainscope", "profile", "--out", str(run_dir.parent / f"{run_dir.name}-{rule}"),
+               *as_arguments({**given, **injected})]  # fmt: skip
+    words = [str(a) for a in argv]
+    if words[0].startswith("-m "):  # a module: "-m NAME" as one word in the record
+        words = ["-m", words[0][3:], *words[1:]]
+    line = shlex.join([*command, "--", *words])
+    return f"cd {shlex.quote(str(cwd))} && {line}" if isinstance(cwd, str) and cwd else line
 
 
 def script_change(fix: dict[str, Any]) -> str:

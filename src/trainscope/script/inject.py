@@ -17,7 +17,7 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
-from trainscope.script.injections import INJECTIONS
+from trainscope.injections import INJECTIONS
 
 MAX_LOADERS = 16
 """DataLoaders whose own settings the record keeps, at most."""

@@ -18,9 +18,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from trainscope.errors import Terminated
+from trainscope.injections import as_arguments, parse_injections
 from trainscope.records import launch_outcomes
 from trainscope.script.hooks import StepLimit
-from trainscope.script.injections import as_arguments, parse_injections
 from trainscope.script.session import NO_STEP, ProfileOptions, ProfileSession
 from trainscope.script.target import Target, print_script_traceback, run_target
 from trainscope.train.console import RunConsole

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from trainscope.injections import INJECTIONS
 from trainscope.profiling.memory import METHOD
 from trainscope.profiling.system import SystemSampler, clock_origin, peak_rss_bytes, process_start
 from trainscope.records import OwnedDir, RunWriter, prepare_run_dir
@@ -32,7 +33,6 @@ from trainscope.script import ranks
 from trainscope.script.clock import HostTicks, StageClock, stage_totals
 from trainscope.script.hooks import ScriptHooks
 from trainscope.script.inject import Injector
-from trainscope.script.injections import INJECTIONS
 from trainscope.strategies.base import grad_layout
 from trainscope.train.failures import describe, machine_cause
 from trainscope.train.record import (
@@ -73,7 +73,7 @@ class ProfileOptions:
     memory_at: int = 2
     system_interval_s: float = 1.0
     injected: dict[str, Any] = field(default_factory=dict)
-    """``--inject``'s settings, read (:func:`trainscope.script.injections.parse_injections`)."""
+    """``--inject``'s settings, read (:func:`trainscope.injections.parse_injections`)."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -3,8 +3,9 @@
 The registry of keys (torch-free: the command line checks ``--inject`` before anything
 runs). Each entry says what it changes, how its value is read, whether it changes the
 numbers the script computes, and which part of the script it needs (a DataLoader, or
-nothing). :mod:`trainscope.script.inject` applies them through public APIs for the time
-of the run; the record keeps them in ``source.injected``.
+nothing), and which ``trainscope run`` flag it mirrors (so the doctor can state a fix to
+a script as an ``--inject`` line). :mod:`trainscope.script.inject` applies them through
+public APIs for the time of the run; the record keeps them in ``source.injected``.
 """
 
 from __future__ import annotations
@@ -52,21 +53,24 @@ class Injection:
     ``nothing`` (the process)."""
     numerics: bool = False
     """It changes the numbers the script computes (precision), not only their speed."""
+    run_flag: str | None = None
+    """The ``trainscope run`` flag that sets the same (a doctor's fix flag)."""
 
 
 INJECTIONS: dict[str, Injection] = {
     i.key: i
     for i in (
         Injection("num_workers", _count(0, 64), "worker processes of every DataLoader",
-                  needs="dataloader"),
+                  needs="dataloader", run_flag="--num-workers"),
         Injection("pin_memory", _flag, "page-locked batches from every DataLoader (true/false)",
-                  needs="dataloader"),
+                  needs="dataloader", run_flag="--pin-memory"),
         Injection("persistent_workers", _flag,
                   "every DataLoader keeps its workers between epochs (with workers only)",
                   needs="dataloader"),
         Injection("prefetch_factor", _count(1, 64),
                   "batches each worker loads ahead (with workers only)", needs="dataloader"),
-        Injection("threads", _count(1, 1024), "torch's intra-op threads (as --threads)"),
+        Injection("threads", _count(1, 1024), "torch's intra-op threads (as --threads)",
+                  run_flag="--threads"),
     )
 }  # fmt: skip
 """Every key ``--inject`` knows, in the order ``--help`` lists them."""
@@ -98,9 +102,33 @@ def as_arguments(injected: dict[str, Any]) -> list[str]:
     return words
 
 
+def for_fix(fix: dict[str, Any]) -> dict[str, Any] | None:
+    """A doctor's fix (``{"--num-workers": 4}``) as ``--inject`` settings, or None where
+    a flag has no key or its value is not one the key takes (``--num-workers auto``)."""
+    by_flag = {i.run_flag: i for i in INJECTIONS.values() if i.run_flag}
+    out: dict[str, Any] = {}
+    for flag, value in fix.items():
+        entry = by_flag.get(flag)
+        if entry is None:
+            return None
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        try:
+            out[entry.key] = entry.read(entry.key, text)
+        except ConfigError:
+            return None
+    return out
+
+
 def keys_help() -> str:
     """One line per key, for ``trainscope profile --help``."""
     return "; ".join(f"{i.key}: {i.help}" for i in INJECTIONS.values())
 
 
-__all__ = ["INJECTIONS", "Injection", "as_arguments", "keys_help", "parse_injections"]
+__all__ = [
+    "INJECTIONS",
+    "Injection",
+    "as_arguments",
+    "for_fix",
+    "keys_help",
+    "parse_injections",
+]
