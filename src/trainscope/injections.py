@@ -10,6 +10,7 @@ public APIs for the time of the run; the record keeps them in ``source.injected`
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +41,49 @@ def _count(low: int, high: int) -> Callable[[str, str], int]:
     return read
 
 
+def _choice(*words: str) -> Callable[[str, str], str]:
+    def read(key: str, text: str) -> str:
+        word = text.strip().lower()
+        if word not in words:
+            raise ConfigError(f"--inject {key}={text}: give one of {' | '.join(words)}")
+        return word
+
+    return read
+
+
+def _precision(key: str, text: str) -> str:
+    word = text.strip().lower()
+    if word == "fp16":
+        # fp16 needs a GradScaler around the script's backward, its gradient clipping and
+        # its step (skipped on inf); rewiring those from outside is not done, so refused.
+        raise ConfigError(
+            f"--inject {key}=fp16: refused, fp16 needs a GradScaler around the script's "
+            "backward, clipping and step, which trainscope does not rewire from outside; "
+            "use precision=bf16, or add torch.amp.GradScaler to the script"
+        )
+    return _choice("bf16")(key, text)
+
+
+def _compile(key: str, text: str) -> str | bool:
+    """true (inductor), false, or one of torch's backends named (checked when applied)."""
+    word = text.strip().lower()
+    if word in TRUE_WORDS or word in FALSE_WORDS:
+        return word in TRUE_WORDS
+    if not re.fullmatch(r"[a-z_][a-z0-9_]{0,40}", word):
+        raise ConfigError(f"--inject {key}={text}: give true, false or a torch.compile backend")
+    return word
+
+
+def _checkpointing(key: str, text: str) -> str:
+    from trainscope.config import checkpointing_policy
+
+    try:
+        checkpointing_policy(text.strip())
+    except ConfigError as e:
+        raise ConfigError(f"--inject {key}={text}: {e}") from None
+    return text.strip()
+
+
 @dataclass(frozen=True)
 class Injection:
     """One key of ``--inject``."""
@@ -49,8 +93,9 @@ class Injection:
     """(key, text) -> the value, or a ConfigError in one line."""
     help: str
     needs: str = "nothing"
-    """What of the script it applies to: ``dataloader`` (every DataLoader it builds), or
-    ``nothing`` (the process)."""
+    """What of the script it applies to: ``dataloader`` (every DataLoader it builds),
+    ``optimizer`` (every torch optimizer it builds), ``model`` (the outermost model it
+    trains), or ``nothing`` (the process)."""
     numerics: bool = False
     """It changes the numbers the script computes (precision), not only their speed."""
     run_flag: str | None = None
@@ -71,6 +116,26 @@ INJECTIONS: dict[str, Injection] = {
                   "batches each worker loads ahead (with workers only)", needs="dataloader"),
         Injection("threads", _count(1, 1024), "torch's intra-op threads (as --threads)",
                   run_flag="--threads"),
+        Injection("precision", _precision,
+                  "bf16: autocast around the outermost training forward and the loss "
+                  "(fp16 is refused: it needs a GradScaler in the script)",
+                  needs="model", numerics=True, run_flag="--precision"),
+        Injection("matmul_precision", _choice("highest", "high", "medium"),
+                  "torch.set_float32_matmul_precision (high: tf32 matmuls on GPUs)",
+                  numerics=True),
+        Injection("optimizer_impl", _choice("foreach", "fused"),
+                  "every torch optimizer the script builds, built with foreach=True or "
+                  "fused=True", needs="optimizer", run_flag="--optimizer-impl"),
+        Injection("compile", _compile,
+                  "true: the outermost training model compiled in place from its second "
+                  "call (or name a backend: aot_eager, eager)", needs="model",
+                  run_flag="--compile"),
+        Injection("cudnn_benchmark", _flag,
+                  "torch.backends.cudnn.benchmark (no effect without CUDA)"),
+        Injection("activation_checkpointing", _checkpointing,
+                  "full | every-K | selective: the training model's repeated blocks "
+                  "checkpointed (model.blocks, else its longest list of like blocks)",
+                  needs="model", run_flag="--checkpointing"),
     )
 }  # fmt: skip
 """Every key ``--inject`` knows, in the order ``--help`` lists them."""

@@ -11,6 +11,7 @@ import pytest
 
 from tests.script.helpers import profile, summary, write
 from trainscope.cli import main
+from trainscope.injections import for_fix
 
 # A step the optimizer dominates (many small tensors, no DataLoader): the doctor's
 # optimizer-bound rule has something to say, as a code change.
@@ -58,12 +59,16 @@ def test_the_doctor_states_fixes_as_code_changes(
     findings = json.loads(capsys.readouterr().out)
     with_fix = [f for f in findings if f["fix"]]
     assert with_fix, findings
-    for f in with_fix:
-        assert f["fix_command"] == ""
-        assert any("code change" in n for n in f["notes"])
+    for f in with_fix:  # an --inject line where every fix flag has a key, else code
+        if for_fix(f["fix"]) is not None:
+            assert " --inject " in f["fix_command"] and f["fix_command"].endswith("train.py")
+        else:
+            assert f["fix_command"] == ""
+            assert any("code change" in n for n in f["notes"])
     optimizer = next((f for f in findings if f["rule"] == "optimizer-bound"), None)
     if optimizer is not None:  # what the script's optimizer is, not a config default
-        assert "adamw" in optimizer["problem"] and "fused=True" in " ".join(optimizer["notes"])
+        assert "adamw" in optimizer["problem"]
+        assert "--inject optimizer_impl=fused" in optimizer["fix_command"]
     assert main(["doctor", "--apply", str(run)]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert "script's run" in line and "code" in line

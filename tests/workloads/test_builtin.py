@@ -626,3 +626,28 @@ def test_a_factory_may_return_plain_parts(user_package: str, tmp_path: Path, fac
 def test_plain_parts_with_unknown_keys_are_one_clear_error(user_package: str, tmp_path) -> None:
     with pytest.raises(ConfigError, match="unknown key.*train.*missing train_set"):
         build_workload(WorkloadConfig(name=f"{user_package}.workloads:bad_parts"), tmp_path)
+
+
+def test_find_blocks_takes_model_blocks_else_the_longest_list_of_like_modules() -> None:
+    """The block finder for scripts' models: ``blocks`` first (trainscope's own), else a
+    ModuleList of one class (nanoGPT's ``transformer.h``); a mixed list is not blocks."""
+    from torch import nn
+
+    from trainscope.workloads.base import find_blocks
+
+    class Gpt(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.transformer = nn.ModuleDict({
+                "h": nn.ModuleList(nn.Linear(2, 2) for _ in range(4)),
+                "mixed": nn.ModuleList([nn.Linear(2, 2), nn.ReLU(), nn.Linear(2, 2),
+                                        nn.Tanh(), nn.ReLU()]),
+            })  # fmt: skip
+            self.short = nn.ModuleList(nn.Linear(2, 2) for _ in range(2))
+
+    where, blocks = find_blocks(Gpt())
+    assert where == "transformer.h" and len(blocks) == 4
+    own = Gpt()
+    own.blocks = nn.ModuleList(nn.ReLU() for _ in range(2))
+    assert find_blocks(own)[0] == "blocks"
+    assert find_blocks(nn.Sequential(nn.Linear(2, 2))) == ("", [])

@@ -40,6 +40,7 @@ from trainscope.profiling.memory import (
 )
 from trainscope.script.clock import STEP_STAGES, StageClock
 from trainscope.script.finders import batch_size, scheduler_classes
+from trainscope.script.model_inject import ModelSettings
 from trainscope.script.ticks import CudaTicks
 
 # torch warns, on each call of a ``torch.compile``d module while global module hooks are
@@ -111,6 +112,7 @@ class ScriptHooks:
         self._filter: Any = None
         # Modules compiled in place during the run -> their compiled call, to put back.
         self._compiled: weakref.WeakKeyDictionary[nn.Module, Any] = weakref.WeakKeyDictionary()
+        self.injected: ModelSettings | None = None  # --inject's model keys, if any
 
     # --- install / remove ----------------------------------------------------------------
 
@@ -187,6 +189,8 @@ class ScriptHooks:
                 self.roots.append(module)
                 if self.device is None:
                     self._first_model(param)
+                    if self.injected is not None:
+                        self.injected.on_model(module)
         return any(r is module for r in self.roots)
 
     def _first_model(self, param: torch.Tensor) -> None:
@@ -239,6 +243,11 @@ class ScriptHooks:
         self._check_limit(stage)
         entered = self.clock.enter(stage)
         self._forwards[-1] = (stage, entered)
+        if self.injected is not None:  # autocast around the training forward and its loss
+            if stage == "forward":
+                self.injected.on_forward(module)
+            else:
+                self.injected.loss_done()
         if stage == "forward" and entered and self.roots and module is self.roots[0]:
             self.clock.add_micro()
             if not self._loader_samples:  # no DataLoader batch: the model's input says
@@ -268,6 +277,7 @@ class ScriptHooks:
             opt._trainscope_step = (depth + 1, entered)  # type: ignore[attr-defined]
             return None
         self._check_limit("optimizer")
+        self.injected.loss_done() if self.injected is not None else None
         if not any(o is opt for o in self.optimizers) and len(self.optimizers) < MAX_TRACKED:
             self.optimizers.append(opt)
             self._counts[id(opt)] = 0
@@ -411,6 +421,7 @@ class ScriptHooks:
     def _timed_backward(self, original: Any) -> Any:
         def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
             self._check_limit("backward")
+            self.injected.loss_done() if self.injected is not None else None
             entered = self.clock.enter("backward")
             if entered and isinstance(tensors, torch.Tensor) and tensors.numel() == 1:
                 loss = self._unscaled.get(id(tensors), tensors)

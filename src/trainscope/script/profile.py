@@ -7,7 +7,9 @@
 - ``--steps N`` reached: ``completed``, with a note that says where it was ended, exit 0;
 - ``sys.exit(n)``: ``failed`` ("the script exited with code n"), exit code n;
 - an exception: its traceback (the script's frames), ``failed`` with its type, exit 1;
-- Ctrl-C or a stop signal: ``failed`` saying so, and the one line and code of any run.
+- Ctrl-C or a stop signal: ``failed`` saying so, and the one line and code of any run;
+- an ``--inject`` setting that cannot apply to the model the script trains (refused when
+  the model is first seen): ``failed`` with the reason, in one line, exit code 2.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from trainscope.errors import Terminated
 from trainscope.injections import as_arguments, parse_injections
 from trainscope.records import launch_outcomes
 from trainscope.script.hooks import StepLimit
+from trainscope.script.model_inject import InjectRefused
 from trainscope.script.session import NO_STEP, ProfileOptions, ProfileSession
 from trainscope.script.target import Target, print_script_traceback, run_target
 from trainscope.train.console import RunConsole
@@ -36,9 +39,13 @@ def profile_target(target: Target, options: ProfileOptions, quiet: bool = False)
     console.note(f"trainscope profile: {' '.join(target.source_section()['argv'])} -> {run_dir}")
     session.begin()
     try:
-        ending = run_target(target, stop=(StepLimit, Terminated, KeyboardInterrupt))
+        ending = run_target(target, stop=(StepLimit, Terminated, KeyboardInterrupt, InjectRefused))
     except StepLimit as e:
         return _finish(session, console, 0, note=f"{e}: the script was ended there, cleanly")
+    except InjectRefused as e:
+        print(f"trainscope profile: {one_line(str(e))}", file=sys.stderr)
+        launch_outcomes.report_end(one_line(str(e)), "error")
+        return _finish(session, console, 2, status="failed", note=str(e))
     except (Terminated, KeyboardInterrupt) as e:
         session.end(e)  # the command line says it in one line and exits 128 + signal
         raise

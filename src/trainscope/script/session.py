@@ -124,6 +124,8 @@ class ProfileSession:
         self.owned: OwnedDir | None = None
         self.hooks: ScriptHooks | None = None
         self.steps: list[dict[str, Any]] = []
+        # --inject's settings: one that cannot apply here is refused now, before any run
+        self.injector = Injector(options.injected)
 
     @property
     def run_dir(self) -> Path:
@@ -174,8 +176,9 @@ class ProfileSession:
             gpus=torch.cuda.is_available(), origin=self.t_start, probe=self.cpu.tick,
         )  # fmt: skip
         self.sampler.__enter__()
+        self.hooks.injected = self.injector.model if self.injector.model.wanted else None
         self.hooks.install()
-        self.injector = Injector(opts.injected).install()
+        self.injector.install()
 
     def _facts(self) -> RunFacts:
         return RunFacts(
@@ -224,7 +227,7 @@ class ProfileSession:
         assert hooks is not None
         end = self.clock.close()  # the wall ends at the clock's last boundary
         hooks.remove()
-        self.injector.remove()
+        self.injector.remove(hooks.device)
         for text in self.injector.notes():
             self.record.note(text)
         try:
@@ -261,6 +264,8 @@ class ProfileSession:
         facts = record.facts
         device = hooks.device or torch.device("cpu")
         facts.device, facts.device_name = str(device), device_name(device)
+        if hooks.autocast is None and self.injector.model.autocast_forwards:
+            hooks.autocast = "bfloat16"  # --inject precision=bf16 (the only one it takes)
         facts.precision = _precision(hooks) if hooks.roots else "unknown"
         facts.strategy = _strategy(hooks, self.place.world_size)
         train_loaders = [v for v in hooks.loaders if v["training"]]
@@ -329,8 +334,8 @@ class ProfileSession:
             "pid": os.getpid(),
             "host": socket.gethostname(),
             "local_rank": self.place.local_rank,
-            # --inject's DataLoader keys: what each loader was given and what it got
-            **({"injected_loaders": self.injector.loaders} if self.injector.for_loaders else {}),
+            # --inject's keys: what each loader, optimizer and the model was given and got
+            **self.injector.record(),
         }
 
 

@@ -146,16 +146,30 @@ def apply_checkpointing(model: nn.Module, policy: str) -> int:
             f"--checkpointing {policy}: {type(model).__name__} has no blocks to checkpoint "
             "(a model exposes its repeated units as `model.blocks`, an nn.ModuleList)"
         )
-    n = 0
+    return len(checkpoint_blocks(blocks, policy))
+
+
+def checkpoint_blocks(blocks: list[nn.Module], policy: str) -> list[nn.Module]:
+    """Checkpoint ``blocks`` under ``policy`` (not ``none``); returns the blocks wrapped
+    now (a block already wrapped is left as it is). :func:`uncheckpoint` undoes it."""
+    kind, k = parse_policy(policy)
+    wrapped = []
     for i, block in enumerate(blocks):
-        if kind == "every" and i % k:
+        if kind == "none" or (kind == "every" and i % k):
             continue
         if getattr(block, "_trainscope_checkpointed", False):
             continue
         block.forward = _checkpointed(block, block.forward, selective=kind == "selective")
         block._trainscope_checkpointed = True
-        n += 1
-    return n
+        wrapped.append(block)
+    return wrapped
+
+
+def uncheckpoint(blocks: list[nn.Module]) -> None:
+    """Put back the forward of blocks :func:`checkpoint_blocks` wrapped."""
+    for block in blocks:
+        if block.__dict__.pop("forward", None) is not None:
+            block.__dict__.pop("_trainscope_checkpointed", None)
 
 
 def checkpointed_blocks(model: nn.Module) -> list[nn.Module]:
@@ -167,6 +181,8 @@ __all__ = [
     "POLICY_HELP",
     "Kept",
     "apply_checkpointing",
+    "checkpoint_blocks",
     "checkpointed_blocks",
+    "uncheckpoint",
     "parse_policy",
 ]

@@ -48,6 +48,25 @@ def model_blocks(model: nn.Module) -> list[nn.Module]:
     return list(blocks) if blocks is not None else []
 
 
+def find_blocks(model: nn.Module) -> tuple[str, list[nn.Module]]:
+    """A model's repeated units and where they sit: ``model.blocks`` as for trainscope's
+    own models, else, for a model nobody wrote for trainscope (nanoGPT's
+    ``transformer.h``, a BERT's ``encoder.layer``), its longest ``nn.ModuleList`` of two or
+    more modules of one class (the first such list in module order on a tie). ``("",
+    [])`` when there is none."""
+    own = model_blocks(model)
+    if own:
+        return "blocks", own
+    name, best = "", []  # type: tuple[str, list[nn.Module]]
+    for path, module in model.named_modules():
+        if not isinstance(module, nn.ModuleList) or len(module) < 2:
+            continue
+        kinds = {type(m) for m in module}
+        if len(kinds) == 1 and len(module) > len(best):
+            name, best = path, list(module)
+    return name, best
+
+
 def example_inputs(workload: Workload, n: int, device: torch.device) -> Any:
     """The inputs of the first ``n`` training samples, collated as a loader would."""
     from torch.utils.data import default_collate
