@@ -144,7 +144,10 @@ def test_the_registry_reads_and_writes_its_own_words() -> None:
     given = parse_injections(["num_workers=3", "pin_memory=false", "threads=2"])
     assert given == {"num_workers": 3, "pin_memory": False, "threads": 2}
     assert parse_injections(as_arguments(given)[1::2]) == given
-    assert all(i.help and i.needs in ("dataloader", "optimizer", "model", "nothing") for i in INJECTIONS.values())
+    assert all(
+        i.help and i.needs in ("dataloader", "optimizer", "model", "nothing")
+        for i in INJECTIONS.values()
+    )
     with pytest.raises(ConfigError):
         parse_injections(["=3"])
 

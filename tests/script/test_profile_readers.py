@@ -52,7 +52,7 @@ def test_the_report_says_what_ran_and_what_other_holds(run: Path) -> None:
     assert {"forward", "backward"} <= names
 
 
-def test_the_doctor_states_fixes_as_code_changes(
+def test_the_doctor_states_fixes_as_inject_commands_or_code_changes(
     run: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["doctor", "--json", str(run)]) == 0
@@ -69,9 +69,10 @@ def test_the_doctor_states_fixes_as_code_changes(
     if optimizer is not None:  # what the script's optimizer is, not a config default
         assert "adamw" in optimizer["problem"]
         assert "--inject optimizer_impl=fused" in optimizer["fix_command"]
+    # --apply re-runs the command the record names: only when told to trust it
     assert main(["doctor", "--apply", str(run)]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
-    assert "script's run" in line and "code" in line
+    assert "--trust-record-code" in line and "train.py" in line
 
 
 def test_compare_puts_a_script_run_beside_another(run: Path, tmp_path: Path) -> None:

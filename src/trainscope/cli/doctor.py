@@ -48,8 +48,9 @@ def add_parser(sub: Any) -> None:
         "--trust-record-code",
         action="store_true",
         help="with --apply: import the workload factory module (pkg.module:factory) that the "
-        "run's config.yaml names; without it, such a run is refused, as that code is named "
-        "by the record, not by your command line",
+        "run's config.yaml names, or re-run the script a trainscope profile run recorded; "
+        "without it, such a run is refused, as that code is named by the record, not by "
+        "your command line",
     )
     p.add_argument("--quiet", "-q", action="store_true", help="print errors only")
     g = p.add_argument_group("what the run must fit and the link its ranks use")
@@ -153,19 +154,16 @@ def _apply(args: argparse.Namespace, diagnosis: Any) -> int:
             f"--steps must be 1..{MAX_STEPS} and --repeats 1..{MAX_REPEATS}, got "
             f"{args.steps} and {args.repeats}"
         )
-    if diagnosis.script:
-        raise ConfigError(
-            f"{diagnosis.run_dir} is a script's run (trainscope profile): its fixes are "
-            "changes to the script's code, listed with each finding; --apply re-runs "
-            "configurations trainscope itself trains"
-        )
     if not any(f.fix for f in diagnosis.findings):
         print(_lines(diagnosis)[0] + "\nNo finding has a fix to apply: nothing re-run.")
         return 0
-    cfg = base_config(diagnosis.run_dir, args.steps)
-    _refuse_record_code(cfg, diagnosis.run_dir, args.trust_record_code)
-    device = resolve_device(from_dict(cfg).runtime.device)
-    plan = plan_apply(diagnosis, device, steps=args.steps, repeats=args.repeats)
+    if diagnosis.script:
+        plan = _script_plan(args, diagnosis)
+    else:
+        cfg = base_config(diagnosis.run_dir, args.steps)
+        _refuse_record_code(cfg, diagnosis.run_dir, args.trust_record_code)
+        device = resolve_device(from_dict(cfg).runtime.device)
+        plan = plan_apply(diagnosis, device, steps=args.steps, repeats=args.repeats)
     plan.options["execution"] = "process per run"  # each fix's memory and start-up its own
     out = args.out or default_study_out("doctor")
 
@@ -174,8 +172,60 @@ def _apply(args: argparse.Namespace, diagnosis: Any) -> int:
             print(terminal_text(text), file=sys.stderr)
 
     _wait_for_quiet(say)
-    execute(plan, out, say=say, run_fn=functools.partial(run_any, fresh_process=True))
+    # a script's re-runs are processes of their own already (studies.script_runs)
+    run_fn = None if diagnosis.script else functools.partial(run_any, fresh_process=True)
+    execute(plan, out, say=say, run_fn=run_fn)
     return _conclude(out, args.quiet)
+
+
+def _script_plan(args: argparse.Namespace, diagnosis: Any) -> Any:
+    """The re-runs of a ``trainscope profile`` run's script with each fix injected; refused
+    in one line where the record names no command, the script changed since, or the
+    user has not said to trust the command the record names."""
+    from trainscope.errors import ConfigError
+    from trainscope.records.run_dir import load_run
+    from trainscope.studies.doctor import plan_apply_script
+
+    summary = load_run(diagnosis.run_dir).summary
+    source = summary.get("source") if isinstance(summary.get("source"), dict) else {}
+    argv, cwd = source.get("argv"), source.get("cwd")
+    if source.get("kind") == "python" or not isinstance(argv, list) or not argv or not cwd:
+        raise ConfigError(
+            f"{diagnosis.run_dir} was measured with trainscope.profile() around code in "
+            "Python, not a command: there is nothing to re-run; each finding's fix says "
+            "what to change"
+        )
+    command = " ".join(str(a) for a in argv)
+    if not args.trust_record_code:
+        raise ConfigError(
+            f"--apply would run `python {command}` in {cwd}, as {diagnosis.run_dir}'s record "
+            "names it, not your command line; pass --trust-record-code to re-run it"
+        )
+    _same_script(source)
+    return plan_apply_script(
+        diagnosis, summary, summary.get("device") or "cpu", steps=args.steps, repeats=args.repeats
+    )
+
+
+def _same_script(source: dict[str, Any]) -> None:
+    """Refuse a script file that changed since it was profiled: the fixes would be
+    measured on other code than the findings came from."""
+    import hashlib
+    from pathlib import Path
+
+    from trainscope.errors import ConfigError
+
+    path, digest = source.get("path"), source.get("sha256")
+    if not isinstance(path, str) or not isinstance(digest, str):
+        return  # a module run: its file is found again by name, as the first run found it
+    try:
+        now = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read the script again ({e.strerror or e})") from None
+    if now != digest:
+        raise ConfigError(
+            f"{path} changed since it was profiled: profile it again, then ask the doctor"
+        )
 
 
 QUIET_WAIT_S = 60.0

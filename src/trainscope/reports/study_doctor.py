@@ -8,6 +8,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from trainscope.injections import as_arguments
 from trainscope.records.jsonio import try_json_object
 from trainscope.records.study_dir import StudyRecord
 from trainscope.reports.cpu import load_findings
@@ -115,12 +116,33 @@ def best_proven(study: StudyRecord, figures: dict[str, Spread]) -> str | None:
 
 
 def _command(study: StudyRecord, name: str) -> str:
-    """The run's own command line with the configuration's fix flags."""
+    """The run's own command line with the configuration's fix flags (for a script's
+    run, the same script re-profiled with the fix injected, from the folder it ran in)."""
     run_dir = Path(str(study.plan.options.get("run_dir", "RUN_DIR")))
     cfg = next(c for c in study.configs() if c.config == name)
+    spec = study.plan.base_config.get("script")
+    if isinstance(spec, dict):
+        return _script_command(spec, cfg.overrides, run_dir.parent / f"{run_dir.name}-{name}")
     flags = cfg.labels.get("flags")
     flags = [str(x) for x in flags] if isinstance(flags, list) else []
     return shlex.join(["trainscope", "run", "--config", str(run_dir / "config.yaml"), *flags])
+
+
+def _script_command(spec: dict[str, Any], overrides: dict[str, Any], out: Path) -> str:
+    """``cd DIR && trainscope profile --out OUT [--threads N] --inject ... -- COMMAND``."""
+    inject = dict(spec.get("inject") or {})
+    for key, value in overrides.items():
+        if key.startswith("script.inject."):
+            inject[key.removeprefix("script.inject.")] = value
+    threads = spec.get("threads")
+    words = [str(a) for a in spec.get("argv") or []]
+    if words and words[0].startswith("-m "):
+        words = ["-m", words[0][3:], *words[1:]]
+    line = shlex.join(["trainscope", "profile", "--out", str(out),
+                       *(["--threads", str(threads)] if threads else []),
+                       *as_arguments(inject), "--", *words])  # fmt: skip
+    cwd = spec.get("cwd")
+    return f"cd {shlex.quote(str(cwd))} && {line}" if isinstance(cwd, str) and cwd else line
 
 
 def doctor_sections(study: StudyRecord, doc: Document, plots: Path) -> Section:

@@ -195,7 +195,12 @@ def _write_study_report(study: StudyRecord, out: Path) -> StudyReport:
         doc.code("trainscope " + " ".join(shlex.quote(str(a)) for a in argv[1:]))
     # The full path: the folder's name alone works only from its parent directory.
     again = "trainscope report " + shlex.quote(str(study.path.resolve()))
-    runs = "Each run's resolved configuration is its `config.yaml` under `runs/`; "
+    runs = (
+        "Each re-run's record is under `runs/` (its `summary.json` says what ran, with "
+        "which `--inject` settings); "
+        if isinstance(study.plan.base_config.get("script"), dict)
+        else "Each run's resolved configuration is its `config.yaml` under `runs/`; "
+    )
     doc.paragraph(
         (runs if study.plan.runs else "")
         + f"{inline_code(again)} rebuilds this report from the records, from any folder."

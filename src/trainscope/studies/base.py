@@ -35,6 +35,7 @@ from trainscope.records.study_dir import (
     write_study,
 )
 from trainscope.studies.remeasure import MIN_SECONDS, Bound, attempts_wanted, remeasure
+from trainscope.studies.script_runs import check_spec, is_script_plan, run_script
 from trainscope.train.console import RunConsole
 from trainscope.util.load import load_of, loaded
 from trainscope.util.textsafe import terminal_text
@@ -243,7 +244,9 @@ def _start(
         *(str(Path(r.rel_dir).parent) for r in plan.runs),
     }
     owned.record(STUDY_FILE, dirs=sorted(folders))
-    if run_fn is None:
+    if run_fn is None and is_script_plan(plan.base_config):
+        run_fn = run_script  # the user's script, re-profiled in a process of its own
+    elif run_fn is None:
         from trainscope.train.run import run as run_fn
 
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -278,16 +281,9 @@ def _run_planned(session: _Session, i: int, planned: PlannedRun, again: bool = F
         result.skipped.append(planned.id)
         say(f"{tag}: already done, kept")
         return
-    cfg = from_dict(merge(session.plan.base_config, planned.overrides))
-    cfg.out, cfg.overwrite = str(run_dir), True
-    cfg.runtime.progress = False
     t0 = time.perf_counter()
     try:
-        with warnings.catch_warnings():
-            # A sweep asks for more workers than CPUs on purpose; torch's warning
-            # about it would repeat on every run of the sweep.
-            warnings.filterwarnings("ignore", message="This DataLoader will create")
-            summary = session.run_fn(cfg, RunConsole(enabled=False))
+        summary = _one_run(session, planned, run_dir)
     except KeyboardInterrupt:
         raise
     except Exception as e:  # recorded in the run's summary; the study goes on
@@ -309,6 +305,22 @@ def _run_planned(session: _Session, i: int, planned: PlannedRun, again: bool = F
     rest = [] if again else [r for r in todo[i:] if r.id not in session.done_before]
     left = _time_left(session.durations, rest)
     say(f"{tag}: {summary.get('status')} in {session.durations[-1]:.2f} s{note}{left}")
+
+
+def _one_run(session: _Session, planned: PlannedRun, run_dir: Path) -> dict[str, Any]:
+    """One planned run into ``run_dir``: trainscope's own run of the configuration, or
+    the user's script re-profiled with the configuration's settings; its summary."""
+    merged = merge(session.plan.base_config, planned.overrides)
+    if is_script_plan(merged):
+        return session.run_fn(merged["script"], run_dir)
+    cfg = from_dict(merged)
+    cfg.out, cfg.overwrite = str(run_dir), True
+    cfg.runtime.progress = False
+    with warnings.catch_warnings():
+        # A sweep asks for more workers than CPUs on purpose; torch's warning about it
+        # would repeat on every run of the sweep.
+        warnings.filterwarnings("ignore", message="This DataLoader will create")
+        return session.run_fn(cfg, RunConsole(enabled=False))
 
 
 def _remeasure_loaded(session: _Session, attempts: int) -> None:
@@ -504,7 +516,9 @@ def finish_plan(
         options = {**options, "core_budget": share_core_budget(base_config, runs)}
     # Validate every configuration before the first run starts, not halfway through.
     for r in applicable:
-        if r.repeat == 1:
+        if r.repeat == 1 and is_script_plan(base_config):
+            check_spec(merge(base_config, r.overrides)["script"])
+        elif r.repeat == 1:
             from_dict(merge(base_config, r.overrides))
     if warmup:
         runs = [warmup_of(applicable[0]), *runs]

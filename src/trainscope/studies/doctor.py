@@ -18,8 +18,10 @@ from trainscope.config import resolve
 from trainscope.diagnosis import Diagnosis
 from trainscope.diagnosis.findings import fix_flags, overrides_of
 from trainscope.errors import TrainscopeError
+from trainscope.injections import as_arguments, for_fix
 from trainscope.records.study_dir import PlannedRun, StudyPlan, StudyRecord
 from trainscope.studies.base import finish_plan, plan_options, repeats_of
+from trainscope.studies.script_runs import inject_overrides, script_base
 
 BASELINE = "baseline"
 ALL_FIXES = "all-fixes"
@@ -87,6 +89,74 @@ def plan_apply(
     base = base_config(diagnosis.run_dir, steps, MAX_EPOCHS if between else 1)
     # The run's own threads, not a shared budget: a fix may be about the threads.
     return finish_plan("doctor", base, options, runs, True, equal_cores=False)
+
+
+def script_configurations(
+    diagnosis: Diagnosis,
+) -> tuple[list[tuple[str, dict[str, Any], dict[str, Any]]], list[str]]:
+    """A script run's configurations, as :func:`configurations` (the baseline, each fix,
+    every numerics-keeping speed fix together), each fix as ``--inject`` settings; and the
+    rules left out, whose fix is a change to the script's code."""
+    out = [(BASELINE, {"fix": "none (the run as it was)", "flags": [], "numerics": False}, {})]
+    speed: dict[str, Any] = {}
+    left_out: list[str] = []
+    for f in diagnosis.findings:
+        injected = for_fix(f.fix) if f.fix else None
+        if f.fix and injected is None:
+            left_out.append(f.rule)
+        if not injected:
+            continue
+        flags = as_arguments(injected)
+        labels = {"fix": " ".join(flags), "flags": flags, "rule": f.rule,
+                  "numerics": f.numerics, "measure": f.measure}  # fmt: skip
+        out.append((f.rule, labels, inject_overrides(injected)))
+        if not f.numerics and f.measure != "memory":
+            speed.update(injected)
+    kept = [lab for _, lab, _ in out[1:] if not lab["numerics"] and lab["measure"] != "memory"]
+    if len(kept) >= 2:
+        measure = "wall" if any(k["measure"] == "wall" for k in kept) else "step"
+        labels = {"fix": "every fix that keeps numerics", "flags": as_arguments(speed),
+                  "numerics": False, "measure": measure}  # fmt: skip
+        out.append((ALL_FIXES, labels, inject_overrides(speed)))
+    return out, left_out
+
+
+def plan_apply_script(diagnosis: Diagnosis, summary: dict[str, Any], device: Any, *,
+                      steps: int = 30, repeats: int = 5) -> StudyPlan:  # fmt: skip
+    """The study that re-measures a script run's fixes: the same command re-profiled for
+    ``steps`` steps, the baseline with the run's own ``--inject`` settings and each fix
+    with its own on top, alternated (see the module's docstring)."""
+    configs, left_out = script_configurations(diagnosis)
+    if len(configs) < 2:
+        raise TrainscopeError(
+            f"{diagnosis.run_dir}: nothing to apply: every fix is a change to the script's "
+            f"code ({', '.join(left_out) or 'no finding has a fix'})"
+        )
+    source = summary.get("source") or {}
+    per_config = {
+        name: repeats_of(name, repeats, labels=labels, overrides=overrides)
+        for name, labels, overrides in configs
+    }
+    runs = [per_config[name][k] for k in range(repeats) for name in per_config]
+    options = plan_options(
+        repeats, True, device, run_dir=str(Path(diagnosis.run_dir).absolute()), steps=steps,
+        findings=diagnosis.as_list(), code_changes=left_out,
+    )  # fmt: skip
+    base = script_base(
+        source["argv"], source["cwd"], steps=steps, threads=_given_threads(summary),
+        inject=source.get("injected") or {}, sha256=source.get("sha256"),
+    )  # fmt: skip
+    return finish_plan("doctor", base, options, runs, True, equal_cores=False)
+
+
+def _given_threads(summary: dict[str, Any]) -> int | None:
+    """The ``--threads N`` the run was profiled with (None: the script's own threads;
+    ``--inject threads=N`` comes back with the run's other injected settings)."""
+    source = (summary.get("cpu") or {}).get("threads_source")
+    words = source.split() if isinstance(source, str) else []
+    if len(words) == 2 and words[0] == "--threads" and words[1].isdigit():
+        return int(words[1])
+    return None
 
 
 def record_code(cfg: dict[str, Any]) -> str | None:
