@@ -180,6 +180,10 @@ class StudyEntry:
     adaptive: str | None = None
     """``"module:function"``: ``more(plan, study_dir) -> runs`` for a study that plans
     later runs from earlier ones' results (a search); None: every run planned up front."""
+    script: str | None = None
+    """``"module:function"``: ``runs(repeats, cuda, **options) -> [PlannedRun]``, its
+    configurations as ``--inject`` settings on the user's script (``study NAME --
+    SCRIPT.py``); None: the study needs trainscope's own workloads."""
 
 
 _STUDIES: dict[str, StudyEntry] = {}
@@ -285,6 +289,7 @@ for _study in (
         "and data wait vs compute per iteration",
         "trainscope.studies.loader:plan", "trainscope.reports.study_loader:loader_sections",
         options="trainscope.studies.loader:options_from_args",
+        script="trainscope.studies.script_studies:loader_runs",
         flags=(
             Flag(("--workers",), {"default": "0-10", **_list("num_workers values (0-10)")}),
             Flag(("--sweep-epochs",), {"type": int, "default": 3, "metavar": "N",
@@ -309,13 +314,14 @@ for _study in (
     StudyEntry(
         "profile", "stage breakdown of a training run, with the biggest stage and what to do",
         "trainscope.studies.profile:plan", "trainscope.reports.study_profile:profile_sections",
-        fresh_process=True,
+        fresh_process=True, script="trainscope.studies.script_studies:profile_runs",
     ),
     StudyEntry(
         "precision", "fp32 vs tf32 vs fp16+GradScaler vs bf16: loss, accuracy, time, memory",
         "trainscope.studies.precision:plan",
         "trainscope.reports.study_precision:precision_sections",
         options="trainscope.studies.precision:options_from_args",
+        script="trainscope.studies.script_studies:precision_runs",
         flags=(Flag(("--precisions",), {"default": "fp32,tf32,fp16,bf16",
                                          **_list("precisions to compare (default all four)")}),),
         fresh_process=True,
@@ -349,6 +355,7 @@ for _study in (
         "trainscope.studies.checkpointing:plan",
         "trainscope.reports.study_checkpointing:checkpointing_sections",
         options="trainscope.studies.checkpointing:options_from_args",
+        script="trainscope.studies.script_studies:checkpointing_runs",
         flags=(Flag(("--policies",), {"default": "none,every-2,selective,full", **_list(
             "policies to compare (default none,every-2,selective,full)")}),),
         sets={"runtime.checkpointing": "--policies"},

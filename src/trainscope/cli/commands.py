@@ -32,6 +32,12 @@ from trainscope.cli.lab import add_parser as add_lab_parser
 from trainscope.cli.profile import add_parser as add_profile_parser
 from trainscope.cli.profile import split_argv as split_profile_argv
 from trainscope.cli.slurm import add_parser as add_slurm_parser
+from trainscope.cli.study_script import (
+    add_script_arguments,
+    refuse_script_flags,
+    script_study_plan,
+    wants_script,
+)
 from trainscope.collectives import cli as collectives_cli
 from trainscope.config import deletion_only_from_command_line, resolve, safe_load_yaml, show
 from trainscope.data import mnist_split
@@ -212,6 +218,7 @@ def _add_study_parser(sub: Any) -> None:
         )
         for flag in entry.flags:  # the study's own flags, from its registry entry
             p.add_argument(*flag.names, **dict(flag.kwargs))
+        add_script_arguments(p)
 
 
 _EXPONENT_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+")
@@ -371,7 +378,12 @@ def cmd_study(args: argparse.Namespace) -> int:
 
     slurm_job_id(os.environ)  # its runs may ask scontrol about the job: refused up front
     entry = registry.STUDIES[args.study]
-    plan = _plan_study(args, entry)
+    script = wants_script(args)
+    if script:  # the user's own script, each configuration injected
+        plan = script_study_plan(args, entry, overrides_from_args(args))
+    else:
+        refuse_script_flags(args)
+        plan = _plan_study(args, entry)
     if args.dry_run:
         _print_plan(plan)
         return 0
@@ -385,9 +397,10 @@ def cmd_study(args: argparse.Namespace) -> int:
 
     run_fn = None
     fresh = entry.fresh_process if args.fresh_processes is None else args.fresh_processes
+    fresh = fresh or script  # a script's runs are processes of their own, always
     # Part of the plan: the report says how the runs were executed and what that implies.
     plan.options["execution"] = "process per run" if fresh else "one process"
-    if fresh:
+    if fresh and not script:
         import functools
 
         run_fn = functools.partial(run_any, fresh_process=True)
@@ -461,6 +474,9 @@ def _print_plan(plan: Any) -> None:
         if not r.applicable and (r.warmup or r.repeat != 1):
             continue
         what = ", ".join(f"{k}={v}" for k, v in r.overrides.items()) or "the base config"
+        if "script" in plan.base_config:  # a script's configuration: its --inject words
+            what = " ".join(f"--inject {k.removeprefix('script.inject.')}={v}"
+                            for k, v in r.overrides.items()) or "the script as it is"  # fmt: skip
         state = "" if r.applicable else f"  (not applicable: {r.reason})"
         if r.labels.get("budget_kept") is False:
             budget = plan.options.get("core_budget")
@@ -485,6 +501,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         own, script = split_profile_argv(words[1:])
         args, extras = parser.parse_known_args(["profile", *own])
         args.target = script
+    elif words[:1] == ["study"] and "--" in words:  # a study of a script: its command
+        cut = words.index("--")
+        args, extras = parser.parse_known_args(words[:cut])
+        args.script_command = words[cut + 1 :]
     else:
         args, extras = parser.parse_known_args(words)
     if extras:

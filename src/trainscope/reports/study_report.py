@@ -182,6 +182,11 @@ def _write_study_report(study: StudyRecord, out: Path) -> StudyReport:
         study_header(study, doc)
     # The kind is record text: only a registered kind's builder is ever imported.
     build = registry.report_builder(kind) if isinstance(kind, str) else None
+    script = isinstance(study.plan.base_config.get("script"), dict)
+    if script and kind in ("loader", "precision", "checkpointing"):
+        from trainscope.reports.study_script import script_sections
+
+        build = script_sections  # a script's configurations: settings injected into it
     if build is None:
         doc.note(
             f"Unknown study kind {escape_inline(repr(kind))}: this trainscope cannot report it."
@@ -198,7 +203,7 @@ def _write_study_report(study: StudyRecord, out: Path) -> StudyReport:
     runs = (
         "Each re-run's record is under `runs/` (its `summary.json` says what ran, with "
         "which `--inject` settings); "
-        if isinstance(study.plan.base_config.get("script"), dict)
+        if script
         else "Each run's resolved configuration is its `config.yaml` under `runs/`; "
     )
     doc.paragraph(
