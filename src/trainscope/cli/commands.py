@@ -501,7 +501,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         own, script = split_profile_argv(words[1:])
         args, extras = parser.parse_known_args(["profile", *own])
         args.target = script
-    elif words[:1] == ["study"] and "--" in words:  # a study of a script: its command
+    elif words[:1] in (["study"], ["lab"]) and "--" in words:  # of a script: its command
         cut = words.index("--")
         args, extras = parser.parse_known_args(words[:cut])
         args.script_command = words[cut + 1 :]

@@ -42,6 +42,16 @@ def add_parser(sub: Any, run_command: Callable[[list[str]], int]) -> None:
     p.add_argument("--data", metavar="DIR", help="a folder holding tinyshakespeare/, mnist/, "
                    "sst2/ (as ../shared/data): the chapters that need them")  # fmt: skip
     p.add_argument("--out", metavar="DIR", default="runs/lab", help="default runs/lab")
+    p.add_argument(
+        "--script", metavar="FILE",
+        help="the lab of your own script: the chapters it answers (where its time goes, "
+        "workers, precision, activation memory) measured on it unchanged, the others said "
+        "to need trainscope's workloads; give its arguments after --: trainscope lab -- "
+        "train.py --lr 0.1",
+    )  # fmt: skip
+    p.add_argument("--threads", metavar="N", help="with a script: torch's threads in every "
+                   "run (default: the usable cores)")  # fmt: skip
+    p.set_defaults(script_command=[])
     p.add_argument("--quiet", "-q", action="store_true", help="print errors only")
     p.set_defaults(handler=cmd_lab, run_command=run_command)
 
@@ -52,6 +62,16 @@ def cmd_lab(args: argparse.Namespace) -> int:
     from trainscope.lab.runner import run_lab
 
     chapters = only_chapters(args.only)
+    command = _script_command(args)
+    if command is not None:
+        from trainscope.lab.script_chapters import script_chapters
+
+        chosen = {c.number for c in chapters}
+        chapters = [c for c in script_chapters(command, args.threads) if c.number in chosen]
+    elif args.threads is not None:
+        from trainscope.errors import ConfigError
+
+        raise ConfigError("--threads applies to a lab of a script (--script FILE)")
 
     def say(text: str) -> None:
         if not args.quiet:
@@ -67,6 +87,23 @@ def cmd_lab(args: argparse.Namespace) -> int:
         print(terminal_text(f"trainscope lab: {problem}"), file=sys.stderr)
     print(terminal_text(f"lab written to {made.files[0].parent} in {result.seconds:.0f} s"))
     return 1 if any(s.status == "failed" for s in result.states) else 0
+
+
+def _script_command(args: argparse.Namespace) -> list[str] | None:
+    """The script a lab of a script measures (``[FILE, *ARGS]``), checked; None: none."""
+    from trainscope.errors import ConfigError
+
+    words = list(args.script_command)
+    if args.script and words:
+        raise ConfigError("give the script once: --script FILE, or the command after --")
+    words = [args.script] if args.script else words
+    if not words:
+        return None
+    if words[0] != "-m" and not Path(words[0]).is_file():
+        raise ConfigError(f"{words[0]}: no such script")
+    if words[0] == "-m" and len(words) < 2:
+        raise ConfigError("-m needs a module name: trainscope lab -- -m MODULE")
+    return words
 
 
 def only_chapters(text: str | None) -> list[Chapter]:

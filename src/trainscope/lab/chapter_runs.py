@@ -12,7 +12,6 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-from trainscope import registry
 from trainscope.diagnosis.load_rule import RULE as LOAD_RULE
 from trainscope.errors import TrainscopeError
 from trainscope.lab.steps import MakeContext, read_json, read_load
@@ -23,7 +22,7 @@ from trainscope.reports.document import Document, Heading, escape_inline
 from trainscope.reports.quantize_section import quantize_section
 from trainscope.reports.section import Section
 from trainscope.reports.stats import compare_text
-from trainscope.reports.study_report import study_header
+from trainscope.reports.study_report import section_builder, study_header
 from trainscope.util.load import loaded, not_a_finding
 from trainscope.util.spread import spread
 
@@ -110,7 +109,7 @@ def study_part(folder: Path, doc: Document, plots: Path, level: int = 1) -> Sect
     study = load_study(folder)
     part = Document("")
     study_header(study, part)
-    build = registry.report_builder(str(study.plan.kind))
+    build = section_builder(study)
     section = build(study, part, plots) if build is not None else Section()
     # First, as in the study's own report: what other load left without any evidence.
     section.findings[:0] = load_findings(study)

@@ -44,6 +44,12 @@ class Chapter:
     """Its study takes ``--cost-model DIR``: the collectives chapter's, when measured."""
     not_yet: str | None = None
     """A part of the chapter's question this version does not measure (said in it)."""
+    after: tuple[str, ...] = ()
+    """The words after ``--`` of its study's command: the user's script and its
+    arguments (``trainscope lab --script``), put last, after the lab's own flags."""
+    elsewhere: str | None = None
+    """Why this lab does not measure it although this version can (a lab of a script:
+    the chapter needs trainscope's reference workloads)."""
 
     def argv(self, quick: bool, data_root: str | None, fit_dir: str | None = None) -> list[str]:
         """The command line (after ``trainscope``) that makes this chapter's study."""

@@ -32,12 +32,16 @@ STATUS_TEXT = {
     "measured": "measured here",
     "reused": "from an existing study (--from)",
     "not built": "not measured by this version of trainscope",
+    "elsewhere": "not measured on a script: it needs trainscope's reference workloads",
     "needs data": "not measured: its data was not given",
     "unavailable": "not measured: this machine lacks what it needs",
     "interrupted": "not finished: the lab was stopped while measuring it",
     "failed": "its study failed",
 }
-NOT_SHOWN = {"failed": "This chapter was not measured: its study failed"}
+NOT_SHOWN = {
+    "failed": "This chapter was not measured: its study failed",
+    "elsewhere": "This chapter is not measured in a lab of a script",
+}
 """The sentence of a chapter shown without figures, where "This chapter is ..." (its
 state's text) would not be English."""
 PDF_PACKAGES = "texlive-latex-base texlive-latex-recommended"

@@ -68,7 +68,8 @@ class ChapterState:
 
     number: int
     status: str
-    """measured | reused | not built | needs data | unavailable | failed | interrupted"""
+    """measured | reused | not built | elsewhere | needs data | unavailable | failed |
+    interrupted"""
     study_dir: str | None = None
     command: str | None = None
     reason: str | None = None
@@ -97,12 +98,16 @@ def _lab_marker(out: Path) -> dict[str, Any] | None:
     return data if ours else None
 
 
-def _check_folder(out: Path, quick: bool, data_root: str | None) -> dict[str, Any]:
+def _check_folder(out: Path, quick: bool, data_root: str | None,
+                  script: list[str] | None = None) -> dict[str, Any]:  # fmt: skip
     """The lab folder's record (a new one for an empty or new folder, or for a lab killed
     before its first record); refuse a folder that holds something else, a lab.json
-    trainscope did not write, or a lab made with another budget. Nothing is written."""
+    trainscope did not write, or a lab made with another budget or of another script
+    (``script``: the command of a lab of a script). Nothing is written."""
     record = out / LAB_FILE
     new = {"kind": KIND, "quick": quick, "data": data_root, "chapters": {}}
+    if script is not None:
+        new["script"] = script
     if _lab_marker(out) is None:
         if record.exists() or record.is_symlink():
             raise ConfigError(
@@ -124,6 +129,13 @@ def _check_folder(out: Path, quick: bool, data_root: str | None) -> dict[str, An
             f"the lab in {out} was made {was} --quick: run the same command to continue "
             "it, or give another --out"
         )
+    if old.get("script") != script:
+        raise ConfigError(
+            f"the lab in {out} was made of "
+            + (f"the command {' '.join(map(str, old['script']))}" if old.get("script")
+               else "trainscope's workloads")
+            + ": run the same command to continue it, or give another --out"
+        )  # fmt: skip
     return old
 
 
@@ -249,7 +261,8 @@ def run_lab(
     t0 = time.perf_counter()
     if data_root is not None and not Path(data_root).is_dir():
         raise ConfigError(f"--data {data_root}: not a folder")
-    record = _check_folder(out, quick, data_root)
+    script = next((list(c.after) for c in chapters if c.after), None)
+    record = _check_folder(out, quick, data_root, script)
     reuse = _reusable(from_dirs)
     _claim(out, record)
     result = LabResult(out, quick)
@@ -278,6 +291,8 @@ def _one_chapter(
     c: Chapter, out: Path, quick: bool, data_root: str | None, reuse: dict[str, list[Path]],
     run_study: Callable[[list[str]], int], say: Callable[[str], None], fit_dir: str | None,
 ) -> ChapterState:  # fmt: skip
+    if c.elsewhere is not None:
+        return ChapterState(c.number, "elsewhere", reason=c.elsewhere)
     if c.study is None and c.maker is None:
         return ChapterState(c.number, "not built", reason="not measured by this version")
     if c.study is not None and reuse.get(c.study):
@@ -294,6 +309,7 @@ def _one_chapter(
     if lacks:
         return ChapterState(c.number, "unavailable", reason=lacks)
     argv = [*c.argv(quick, data_root, fit_dir), "--out", str(folder), "-q"]
+    argv += ["--", *c.after] if c.after else []  # the user's script, last
     command = "trainscope " + " ".join(shlex.quote(a) for a in argv)
     say(f"chapter {c.number}: {c.title}: {command}")
     with load_beside(folder / COMMAND_LOAD if c.command else None):  # a command's runs

@@ -61,6 +61,12 @@ def _suggest(stage: str, share: float, of: str, ctx: dict[str, Any]) -> str:
                 "fast): the time goes to indexing and batched augmentation; use lighter "
                 "augmentation or larger batches."
             )
+        if ctx.get("script"):
+            return (
+                f"{label} is {where}: the model waits for batches. Raise num_workers (now "
+                f"{_ctx(ctx, 'num_workers')}): `trainscope study loader -- SCRIPT` measures "
+                "the best value on the unchanged script, `--inject num_workers=N` applies it."
+            )
         return (
             f"{label} is {where}: the model waits for batches. Raise num_workers (now "
             f"{_ctx(ctx, 'num_workers')}; `trainscope study loader` measures the best "
@@ -107,6 +113,12 @@ def _suggest(stage: str, share: float, of: str, ctx: dict[str, Any]) -> str:
             f"{label} is {where}: a one-off cost that pays back only over enough steps. "
             "Compare the steady-state step time with and without --compile: the run must "
             "save more than this across its steps."
+        )
+    if stage == "setup" and ctx.get("script"):
+        return (
+            f"{label} is {where}: fixed start-up costs (the script's imports, data and "
+            "model) dominate because the run is short. Profile more steps (--steps) before "
+            "optimising the loop."
         )
     if stage == "setup":
         return (

@@ -129,6 +129,7 @@ def _advice(
         "eval_every": (cfg.get("train") or {}).get("eval_every"),
         "log_every": (cfg.get("train") or {}).get("log_every"),
         "strategy": first.get("strategy", "single"),
+        "script": isinstance(cfg.get("script"), dict),  # the user's script: its own flags
     }
     found = findings(data.medians, data.wall.median or 0.0, ctx)
     for f in found:

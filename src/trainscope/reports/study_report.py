@@ -172,6 +172,20 @@ def build_study_report(
         return _write_study_report(study, out)
 
 
+def section_builder(study: StudyRecord) -> Any:
+    """The function that writes ``study``'s own sections (its kind's; a study of a
+    script's settings has one of its own), or None for a kind nobody registered."""
+    kind = study.plan.kind
+    # The kind is record text: only a registered kind's builder is ever imported.
+    build = registry.report_builder(kind) if isinstance(kind, str) else None
+    script = isinstance(study.plan.base_config.get("script"), dict)
+    if build is not None and script and kind in ("loader", "precision", "checkpointing"):
+        from trainscope.reports.study_script import script_sections
+
+        return script_sections  # a script's configurations: settings injected into it
+    return build
+
+
 def _write_study_report(study: StudyRecord, out: Path) -> StudyReport:
     plots = out / "plots"
     plots.mkdir(parents=True, exist_ok=True)
@@ -181,12 +195,8 @@ def _write_study_report(study: StudyRecord, out: Path) -> StudyReport:
     if kind != "collectives":  # no runs: its section says itself how its processes ran
         study_header(study, doc)
     # The kind is record text: only a registered kind's builder is ever imported.
-    build = registry.report_builder(kind) if isinstance(kind, str) else None
+    build = section_builder(study)
     script = isinstance(study.plan.base_config.get("script"), dict)
-    if script and kind in ("loader", "precision", "checkpointing"):
-        from trainscope.reports.study_script import script_sections
-
-        build = script_sections  # a script's configurations: settings injected into it
     if build is None:
         doc.note(
             f"Unknown study kind {escape_inline(repr(kind))}: this trainscope cannot report it."
