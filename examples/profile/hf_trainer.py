@@ -15,6 +15,10 @@ Run it as a plain script, then measured, unchanged::
 
 The last line it prints is ``optimizer steps (state.global_step): N``: the count
 trainscope's ``steps`` must equal.
+
+``--trainscope-out DIR`` measures the same run from inside: the Trainer gets
+trainscope's ``TrainerCallback`` (``trainscope.integrations.hf``), which writes the same
+record to DIR (the one place this script names trainscope).
 """
 
 from __future__ import annotations
@@ -57,6 +61,12 @@ def parse_args() -> argparse.Namespace:
         "--out", type=Path, default=None, help="Trainer's output_dir (default: a temporary one)"
     )
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--trainscope-out",
+        type=Path,
+        default=None,
+        help="record the run with trainscope's TrainerCallback into DIR",
+    )
     return p.parse_args()
 
 
@@ -100,9 +110,15 @@ def fine_tune(args: argparse.Namespace, out: Path) -> None:
         logging_steps=10, report_to="none", use_cpu=True, seed=args.seed,
         dataloader_pin_memory=False, disable_tqdm=True,
     )  # fmt: skip
+    callbacks = []
+    if args.trainscope_out is not None:  # imported only when asked for
+        from trainscope.integrations.hf import Callback
+
+        callbacks.append(Callback(out=str(args.trainscope_out)))
     trainer = Trainer(
         model=model, args=training, train_dataset=train, eval_dataset=dev,
         data_collator=DataCollatorWithPadding(tokenizer), compute_metrics=accuracy,
+        callbacks=callbacks,
     )  # fmt: skip
     trainer.train()
     print(f"optimizer steps (state.global_step): {trainer.state.global_step}")

@@ -15,6 +15,12 @@ Run it as a plain script, then measured, unchanged::
 
 The last line it prints is ``optimizer steps (trainer.global_step): N``: the count
 trainscope's ``steps`` must equal.
+
+``--trainscope-out DIR`` measures the same fit the other way, from inside: the Trainer
+gets trainscope's Lightning profiler and callback (``trainscope.integrations.lightning``),
+which write the same record to DIR (the one place this script names trainscope)::
+
+    python examples/profile/lightning_fit.py --trainscope-out runs/lightning-integration
 """
 
 from __future__ import annotations
@@ -40,6 +46,12 @@ def parse_args() -> argparse.Namespace:
         "--out", type=Path, default=None, help="Lightning's root folder (default: a temporary one)"
     )
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--trainscope-out",
+        type=Path,
+        default=None,
+        help="record the fit with trainscope's Lightning integration into DIR",
+    )
     return p.parse_args()
 
 
@@ -86,9 +98,14 @@ def loaders(batch_size: int, seed: int) -> tuple[DataLoader, DataLoader]:
 def fit(args: argparse.Namespace, root: Path) -> None:
     L.seed_everything(args.seed, verbose=False)
     train, val = loaders(args.batch_size, args.seed)
+    measured: dict = {}
+    if args.trainscope_out is not None:  # imported only when asked for
+        from trainscope.integrations.lightning import Callback, Profiler
+
+        measured = {"profiler": Profiler(out=str(args.trainscope_out)), "callbacks": [Callback()]}
     trainer = L.Trainer(
         max_epochs=args.epochs, accelerator="cpu", devices=1, default_root_dir=root,
-        logger=False, enable_progress_bar=False, enable_model_summary=False,
+        logger=False, enable_progress_bar=False, enable_model_summary=False, **measured,
     )  # fmt: skip
     trainer.fit(DigitsClassifier(args.lr), train, val)
     print(f"val_acc {float(trainer.callback_metrics['val_acc']):.4f}")

@@ -189,11 +189,13 @@ def _script_plan(args: argparse.Namespace, diagnosis: Any) -> Any:
     summary = load_run(diagnosis.run_dir).summary
     source = summary.get("source") if isinstance(summary.get("source"), dict) else {}
     argv, cwd = source.get("argv"), source.get("cwd")
-    if source.get("kind") == "python" or not isinstance(argv, list) or not argv or not cwd:
+    from trainscope.records.source import COMMAND_KINDS
+
+    if source.get("kind") not in COMMAND_KINDS or not isinstance(argv, list) or not cwd:
         raise ConfigError(
-            f"{diagnosis.run_dir} was measured with trainscope.profile() around code in "
-            "Python, not a command: there is nothing to re-run; each finding's fix says "
-            "what to change"
+            f"{diagnosis.run_dir} was measured from inside Python (trainscope.profile() or "
+            "a Lightning / Hugging Face integration), not as a command: there is nothing "
+            "to re-run; each finding's fix says what to change"
         )
     command = " ".join(str(a) for a in argv)
     if not args.trust_record_code:

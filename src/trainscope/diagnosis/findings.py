@@ -10,6 +10,7 @@ from typing import Any
 
 from trainscope.diagnosis.facts import RunFacts
 from trainscope.injections import as_arguments, for_fix
+from trainscope.records.source import COMMAND_KINDS
 from trainscope.util.numfmt import fmt_sig
 from trainscope.util.spread import Spread
 
@@ -201,7 +202,9 @@ def script_command(summary: dict[str, Any], run_dir: Path, rule: str,
     injected = for_fix(fix)
     source = summary.get("source") if isinstance(summary.get("source"), dict) else {}
     argv, cwd = source.get("argv"), source.get("cwd")
-    if not injected or not isinstance(argv, list) or not argv or source.get("kind") == "python":
+    if not injected or not isinstance(argv, list) or not argv:
+        return ""
+    if source.get("kind") not in COMMAND_KINDS:  # ran inside Python: no command to re-run
         return ""
     given = source.get("injected") if isinstance(source.get("injected"), dict) else {}
     command = ["trainscope", "profile", "--out", str(run_dir.parent / f"{run_dir.name}-{rule}"),

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-SCRIPT_KINDS = ("script", "module", "python")
+SCRIPT_KINDS = ("script", "module", "python", "lightning", "hf")
 """``source.kind`` of a run of the user's own code: ``trainscope profile SCRIPT``,
-``trainscope profile -m MODULE``, ``with trainscope.profile()``."""
+``trainscope profile -m MODULE``, ``with trainscope.profile()``, and a Lightning or
+Hugging Face Trainer run measured by trainscope's integration (``trainscope.integrations``)."""
+
+COMMAND_KINDS = ("script", "module")
+"""The kinds whose record holds a command that runs again under ``trainscope profile``
+(the others ran inside code trainscope was not started with)."""
 
 SCRIPT_WALL = (
     "Wall time runs from trainscope's start (after interpreter start-up and importing "

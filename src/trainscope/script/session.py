@@ -115,8 +115,12 @@ def _strategy(hooks: ScriptHooks, world: int) -> str:
 class ProfileSession:
     """One measured stretch of the user's code, from :meth:`begin` to :meth:`end`."""
 
-    def __init__(self, options: ProfileOptions, source: dict[str, Any], stem: str) -> None:
+    def __init__(self, options: ProfileOptions, source: dict[str, Any], stem: str,
+                 hooks_class: type[ScriptHooks] = ScriptHooks) -> None:  # fmt: skip
+        """``hooks_class``: what learns where the time goes (the global hooks; an
+        integration's subclass is fed by its framework's events instead)."""
         self.options = options
+        self.hooks_class = hooks_class
         self.source = source
         self.stem = stem
         self.place = ranks.Placement.from_env()
@@ -167,7 +171,7 @@ class ProfileSession:
         self.record.write()
         self.cpu = CpuMeter(self._thread_plan())
         self.clock = StageClock(HostTicks(), self.t_start)
-        self.hooks = ScriptHooks(
+        self.hooks = self.hooks_class(
             self.clock, on_steps=self._on_steps, log_every=opts.log_every,
             max_steps=opts.steps, memory_at=1 if opts.steps == 1 else opts.memory_at,
         )  # fmt: skip
