@@ -176,8 +176,13 @@ class SavedActivations:
     """Context manager counting what autograd saves for backward while it is active, and
     the most of it held at once."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(
+        self, model: nn.Module, blocks_of: Callable[[nn.Module], list[nn.Module]] | None = None
+    ) -> None:
+        """``blocks_of``: where the saved bytes split into blocks (default
+        ``model.blocks``, as activation checkpointing finds them for a run)."""
         self.model = model
+        self.blocks_of = blocks_of
         params = [p for p in model.parameters()]
         self.tally = StorageTally(k for p in params if (k := _key(p)) is not None)
         self.copies = StorageTally()
@@ -236,7 +241,7 @@ class SavedActivations:
         model = getattr(self.model, "module", self.model)
         if any(getattr(m, "_compiled_call_impl", None) is not None for m in model.modules()):
             return  # hooks added to a compiled module for one step would recompile it
-        blocks = model_blocks(model)
+        blocks = (self.blocks_of or model_blocks)(model)
         self.count.blocks = len(blocks)
 
         @untraced

@@ -42,6 +42,7 @@ from trainscope.script.clock import STEP_STAGES, StageClock
 from trainscope.script.finders import batch_size, scheduler_classes
 from trainscope.script.model_inject import ModelSettings
 from trainscope.script.ticks import CudaTicks
+from trainscope.workloads.base import find_blocks
 
 # torch warns, on each call of a ``torch.compile``d module while global module hooks are
 # registered, that they fire once more for the OptimizedModule: those are trainscope's
@@ -529,7 +530,8 @@ class ScriptHooks:
             return
         model = self.roots[0] if len(self.roots) == 1 else nn.ModuleList(self.roots)
         try:
-            self._saved = SavedActivations(model).__enter__()
+            # split at the blocks --inject activation_checkpointing would checkpoint
+            self._saved = SavedActivations(model, lambda m: find_blocks(m)[1]).__enter__()
         except Exception as e:  # the probe must never break the script
             self.memory_error = f"{type(e).__name__}: {e}"
             self._saved = None
