@@ -578,6 +578,11 @@ class ScriptHooks:
                 "autocast_weight_copies_bytes": act.autocast_weight_copies_bytes,
                 "storages": act.tensors,
                 "peak_in_flight_bytes": act.peak_in_flight_bytes,
+                # the split at the model's blocks (what full checkpointing would keep)
+                **{
+                    k: getattr(act, k)
+                    for k in ("blocks", "inside_blocks_bytes", "block_inputs_bytes")
+                },  # fmt: skip
             },
         }
         if self._peaks:

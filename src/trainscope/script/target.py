@@ -145,7 +145,7 @@ def run_target(target: Target, stop: tuple[type[BaseException], ...]) -> Ending:
     """Run ``target`` as Python would; exceptions in ``stop`` (trainscope's own ends:
     ``--steps``, a stop signal) propagate to the caller, anything else becomes the
     :class:`Ending`."""
-    saved_argv, saved_path0 = sys.argv, sys.path[0] if sys.path else None
+    saved_argv, saved_path = sys.argv, list(sys.path)
     main = sys.modules.get("__main__")
     try:
         if target.kind == "script":
@@ -160,10 +160,21 @@ def run_target(target: Target, stop: tuple[type[BaseException], ...]) -> Ending:
         return Ending(130 if isinstance(e, KeyboardInterrupt) else 1, e)
     finally:
         sys.argv = saved_argv
-        if saved_path0 is not None:
-            sys.path[0] = saved_path0
+        sys.path[:] = saved_path
         if main is not None:
             sys.modules["__main__"] = main
+
+
+def _entry_first() -> bool:
+    """Whether ``sys.path[0]`` is the folder of the program that started this process
+    (the ``trainscope`` console script's), which ``python SCRIPT`` would not have."""
+    entry = sys.argv[0] if sys.argv else ""
+    if not entry or entry == "-c" or not sys.path[0]:
+        return False
+    try:
+        return os.path.samefile(sys.path[0], os.path.dirname(os.path.abspath(entry)))
+    except OSError:
+        return False
 
 
 def _run_script(target: Target) -> Ending:
@@ -175,10 +186,12 @@ def _run_script(target: Target) -> Ending:
     )  # fmt: skip
     sys.argv = [target.name, *target.args]
     folder = str(target.path.parent)
-    if sys.path:
-        sys.path[0] = folder
+    if sys.path and _entry_first():
+        sys.path[0] = folder  # in place of trainscope's own entry, as python would have it
     else:
-        sys.path.append(folder)
+        # Launched with its entry already taken off (a study's re-run: ``python -c``
+        # drops '' itself): sys.path[0] is PYTHONPATH's first folder, which must stay.
+        sys.path.insert(0, folder)
     sys.modules["__main__"] = module
     exec(target.code, module.__dict__)
     return Ending(0)
