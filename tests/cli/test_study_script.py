@@ -42,7 +42,7 @@ def test_a_loader_study_of_a_script_injects_each_worker_count_and_reports_them(
     here: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     args = ["study", "loader", "--iter-workers", "0,3", "--repeats", "3", "--steps", "10",
-            "--threads", "1", "--out", "st", "--", "slow.py", "7"]  # fmt: skip
+            "--no-warmup", "--threads", "1", "--out", "st", "--", "slow.py", "7"]  # fmt: skip
     assert main(args) == 0
     study = load_study(here / "st")
     assert study.status == "completed"

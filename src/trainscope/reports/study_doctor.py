@@ -10,20 +10,26 @@ from typing import Any
 
 from trainscope.injections import as_arguments
 from trainscope.records.jsonio import try_json_object
+from trainscope.records.run_dir import RunRecord
 from trainscope.records.study_dir import StudyRecord
 from trainscope.reports.cpu import load_findings
 from trainscope.reports.document import Document, escape_inline, inline_code
 from trainscope.reports.section import Section, each_config
-from trainscope.reports.stats import fmt_spread, step_ms
+from trainscope.reports.stats import fmt_spread, step_losses, step_ms
 from trainscope.reports.tables import MISSING, Table, fmt_bytes
 from trainscope.util.spread import Spread, differ, no_difference_text, spread
 
 BASELINE = "baseline"  # the name studies.doctor gives the run as it was
 
 
-def _loss(summary: dict[str, Any]) -> float | None:
-    epochs = summary.get("epochs") or []
+def _loss(record: RunRecord) -> float | None:
+    """The run's last training loss: its last epoch's, or (a script's run, which has no
+    epochs) the last step record's."""
+    epochs = record.summary.get("epochs") or []
     loss = epochs[-1].get("train_loss") if epochs and isinstance(epochs[-1], dict) else None
+    if loss is None:
+        _, losses = step_losses(record)
+        loss = losses[-1] if losses else None
     return loss if isinstance(loss, (int, float)) else None
 
 
@@ -87,8 +93,7 @@ def doctor_rows(study: StudyRecord) -> tuple[list[list[object]], dict[str, Sprea
         judged[baseline_key(m)] = fig[m].get(BASELINE, spread([]))
     rows: list[list[object]] = []
     for c in configs:
-        summ = [r.summary for r in c.runs]
-        loss = spread(_loss(s) for s in summ)
+        loss = spread(_loss(r) for r in c.runs)
         m = measured(c)
         vs = "–" if c.name == BASELINE else verdict(fig[m][c.name], judged[baseline_key(m)], m)
         counted = fig["memory"][c.name]
