@@ -55,6 +55,7 @@ HELP_MODULES = {
     "trainscope.cli.lab",
     "trainscope.cli.profile",
     "trainscope.cli.slurm",
+    "trainscope.cli.study_script",  # the study parsers' script flags
     "trainscope.cli.flags",
     "trainscope.collectives",
     "trainscope.collectives.cli",

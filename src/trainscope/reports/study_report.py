@@ -22,6 +22,7 @@ from trainscope.reports.cpu import load_findings, study_cpu_lines, study_load_li
 from trainscope.reports.document import Document, escape_inline, inline_code, write_document
 from trainscope.reports.outdir import ReportFiles, default_or, report_dir
 from trainscope.reports.section import Section
+from trainscope.reports.study_script import script_sections
 from trainscope.reports.tables import LATEX_NEEDS, Table, latex_escape
 
 
@@ -180,8 +181,6 @@ def section_builder(study: StudyRecord) -> Any:
     build = registry.report_builder(kind) if isinstance(kind, str) else None
     script = isinstance(study.plan.base_config.get("script"), dict)
     if build is not None and script and kind in ("loader", "precision", "checkpointing"):
-        from trainscope.reports.study_script import script_sections
-
         return script_sections  # a script's configurations: settings injected into it
     return build
 
