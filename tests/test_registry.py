@@ -69,6 +69,9 @@ def toy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
             "toy-sync", "toy_ext:ToySync", True, "a toy: hand-written sync of its own",
             options=("dist.bucket_mb",),  # takes a knob another strategy takes too
             variants=(registry.Variant("toy-sync", measured_as="comm"),),
+            # what it does, said once: the doctor, the config and the Trainer read it
+            capabilities=registry.Capabilities(sync="per_tensor", comm_in=("comm",),
+                                               muon=False),  # fmt: skip
         )
     )  # fmt: skip
     registry.register_study(
@@ -167,3 +170,28 @@ def test_the_readme_documents_every_registered_strategy_and_study(repo_root: Pat
         assert f"| `{name}` | {processes} |" in readme, name
     for name in registry.STUDIES:
         assert f"### `study {name}`" in readme, name
+
+
+def test_a_strategys_capabilities_are_read_by_the_config_and_the_doctor(
+    toy, tmp_path: Path
+) -> None:
+    """Nothing outside the toy's entry names it, yet: the config refuses Muon with it,
+    the doctor proposes DDP for its per-tensor sync and FSDP for its replicated states,
+    and places its ranks' waits in its comm stage."""
+    from tests.diagnosis.test_memory_rules import MIB, STATES
+    from tests.diagnosis.test_rules import HEALTHY, write_run
+    from trainscope.diagnosis import diagnose
+    from trainscope.diagnosis.stragglers import sync_stage
+
+    with pytest.raises(ConfigError, match="muon .* not with --strategy toy-sync"):
+        from_dict({"dist": {"strategy": "toy-sync", "nproc": 2},
+                   "train": {"optimizer": "muon"}})  # fmt: skip
+    slow_sync = write_run(tmp_path / "a", {**HEALTHY, "comm": 0.002},
+                          summary={"strategy": "toy-sync"})  # fmt: skip
+    assert diagnose(slow_sync).findings[0].fix == {"--strategy": "ddp"}
+    states = write_run(tmp_path / "b", summary={"memory": STATES, "strategy": "toy-sync",
+                                                "world_size": 2})  # fmt: skip
+    (f,) = diagnose(states, memory_limit_bytes=40 * MIB).findings
+    assert f.fix == {"--strategy": "fsdp"}  # it replicates the model states
+    assert sync_stage("toy-sync", ["forward", "comm"]).stages == ("comm",)
+    assert registry.capabilities("not-registered") == registry.Capabilities()

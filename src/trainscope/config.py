@@ -623,7 +623,8 @@ class RunConfig:
     def __post_init__(self) -> None:
         if self.resume and self.overwrite:
             raise ConfigError("--resume continues a run in place; it cannot --overwrite it")
-        if self.train.optimizer == "muon" and self.dist.strategy in ("fsdp", "tp", "pipeline"):
+        muon_ok = registry.capabilities(self.dist.strategy).muon
+        if self.train.optimizer == "muon" and not muon_ok:
             raise ConfigError(
                 f"--optimizer muon orthogonalises whole matrices of a whole model: not with "
                 f"--strategy {self.dist.strategy} (its parameters are shards or stages)"

@@ -61,6 +61,33 @@ class Variant:
 
 
 @dataclass(frozen=True)
+class Capabilities:
+    """What a strategy does, for the code that reasons about runs of it (the doctor, the
+    config's checks, the Trainer) without testing its name: a new strategy declares them
+    once, here, and is understood everywhere they are read."""
+
+    shards: frozenset[str] = frozenset()
+    """Which model states each process holds only a part of: ``parameters``,
+    ``gradients``, ``optimizer_states`` (empty: every process holds them whole)."""
+    sync: str = "none"
+    """How gradients are made equal across processes: ``per_tensor`` (one collective per
+    gradient tensor), ``buckets`` (DDP's buckets, its comm hook's record), ``sharded``
+    (reduce-scatter of shards), ``model`` (the model itself is split), ``none``."""
+    comm_in: tuple[str, ...] = ()
+    """The stages its communication happens inside: ``("comm",)`` (a stage of its own),
+    ``("backward",)`` (DDP), ``("forward", "backward")`` (FSDP); empty: none, or not
+    attributable to a stage."""
+    muon: bool = True
+    """Muon works under it: Muon orthogonalises whole weight matrices, which a strategy
+    that shards or splits them does not hold on one process."""
+
+    @property
+    def replicates_states(self) -> bool:
+        """Every process holds the whole model states (what sharding would save)."""
+        return not self.shards and self.sync in ("per_tensor", "buckets")
+
+
+@dataclass(frozen=True)
 class StrategyEntry:
     """A parallel strategy: ``--strategy NAME``."""
 
@@ -85,6 +112,8 @@ class StrategyEntry:
     in_strategies_study: bool = True
     """False: ``study strategies`` leaves it out (it splits the model, not the data: the
     parallelism study compares it)."""
+    capabilities: Capabilities = Capabilities()
+    """What it does (see :class:`Capabilities`)."""
 
     def study_variants(self) -> tuple[Variant, ...]:
         """Its strategies-study configurations (one named after it when none are given;
@@ -97,6 +126,13 @@ class StrategyEntry:
 _STRATEGIES: dict[str, StrategyEntry] = {}
 STRATEGIES: Mapping[str, StrategyEntry] = MappingProxyType(_STRATEGIES)
 """Name -> entry, in registration order (read-only; add with :func:`register_strategy`)."""
+
+
+def capabilities(strategy: object) -> Capabilities:
+    """What the strategy named ``strategy`` does (a record's text: a name nobody
+    registered, or no name, does nothing this version knows of)."""
+    entry = _STRATEGIES.get(strategy) if isinstance(strategy, str) else None
+    return entry.capabilities if entry is not None else Capabilities()
 
 
 def register_strategy(entry: StrategyEntry) -> StrategyEntry:
@@ -227,6 +263,7 @@ for _entry in (
         "ddp", f"{_S}.ddp:DDPStrategy", True,
         "DistributedDataParallel: bucketed all-reduce overlapped with backward",
         options=("dist.bucket_mb",),  # DDP's bucket_cap_mb
+        capabilities=Capabilities(sync="buckets", comm_in=("backward",)),
         variants=(
             Variant("ddp-1proc", one_process=True, comm_place="in backward"),
             Variant("ddp", predict=f"{_P}:predict_ddp", predict_ops=("all_reduce",),
@@ -237,6 +274,10 @@ for _entry in (
     StrategyEntry(
         "fsdp", f"{_S}.fsdp:FSDPStrategy", True,
         "FullyShardedDataParallel (FSDP2): parameters, gradients and states sharded",
+        capabilities=Capabilities(
+            shards=frozenset({"parameters", "gradients", "optimizer_states"}),
+            sync="sharded", comm_in=("forward", "backward"), muon=False,
+        ),
         variants=(Variant("fsdp", predict=f"{_P}:predict_fsdp",
                           predict_ops=("all_gather", "reduce_scatter"),
                           measured_as="fwd-bwd-delta", comm_place="in fwd/bwd"),),
@@ -244,6 +285,7 @@ for _entry in (
     StrategyEntry(
         "gather-scatter", f"{_S}.gather_scatter:GatherScatterStrategy", True,
         "hand-written sync through rank 0: gather every gradient, average, scatter back",
+        capabilities=Capabilities(sync="per_tensor", comm_in=("comm",)),
         variants=(Variant("gather-scatter", predict=f"{_P}:predict_gather_scatter",
                           predict_ops=("broadcast",), measured_as="comm"),),
     ),
@@ -251,6 +293,7 @@ for _entry in (
         "allreduce", f"{_S}.allreduce:AllReduceStrategy", True,
         "hand-written all_reduce per gradient tensor, or per --bucket-mb bucket",
         options=("dist.bucket_mb",),
+        capabilities=Capabilities(sync="per_tensor", comm_in=("comm",)),
         variants=(
             Variant("allreduce", predict=f"{_P}:predict_allreduce",
                     predict_ops=("all_reduce",), measured_as="comm"),
@@ -266,6 +309,7 @@ for _entry in (
         options=("dist.pp_stages", "dist.microbatches", "dist.pp_schedule", "dist.pp_split",
                  "dist.dp_size"),
         precheck=f"{_S}.layout:check_pipeline", splits_batch=False, in_strategies_study=False,
+        capabilities=Capabilities(sync="model", muon=False),
     ),
     StrategyEntry(
         "tp", f"{_S}.tensor_parallel:TensorParallelStrategy", True,
@@ -273,6 +317,9 @@ for _entry in (
         "(column- then row-split layers, all-reduces inside each block)",
         options=("dist.tp_size", "dist.dp_size", "dist.sequence_parallel"),
         precheck=f"{_S}.layout:check_tp", splits_batch=False, in_strategies_study=False,
+        capabilities=Capabilities(shards=frozenset({"parameters", "gradients",
+                                                    "optimizer_states"}),
+                                  sync="model", muon=False),  # fmt: skip
     ),
 ):  # fmt: skip
     register_strategy(_entry)

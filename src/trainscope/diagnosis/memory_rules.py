@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainscope import registry
 from trainscope.diagnosis.facts import RunFacts
 from trainscope.diagnosis.findings import Finding, ms, pct, severity_of
 from trainscope.util.numfmt import fmt_bytes
@@ -137,7 +138,7 @@ def _sharding(
 ) -> tuple[dict[str, Any], str, int | None]:
     """The fix, its gain text and the bytes it saves per process."""
     strategy, world = f.summary.get("strategy"), _int(f.summary.get("world_size")) or 1
-    if world >= 2 and strategy in ("ddp", "allreduce", "gather-scatter"):
+    if world >= 2 and registry.capabilities(strategy).replicates_states:
         saved = model_states * (world - 1) // world
         gain = (
             f"FSDP shards weights, gradients and optimizer states over the {world} ranks: "

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainscope import registry
 from trainscope.diagnosis.facts import STEP_STAGES
 from trainscope.records.run_dir import STAGE_LABELS, RunRecord
 from trainscope.util.numfmt import fmt_sig
@@ -177,15 +178,12 @@ def sync_stage(strategy: str | None, stages: Iterable[str]) -> SyncStage | None:
     present = set(stages)
     if "comm" in present:
         return SyncStage(("comm",), "in communication (the comm stage)", "comm")
-    if strategy == "ddp" and "backward" in present:
-        return SyncStage(("backward",), "in communication (inside backward under DDP)", "backward")
-    if strategy == "fsdp" and {"forward", "backward"} <= present:
-        return SyncStage(
-            ("forward", "backward"),
-            "in communication (inside forward and backward under FSDP)",
-            "forward+backward",
-        )
-    return None
+    inside = registry.capabilities(strategy).comm_in  # where the strategy communicates
+    if not inside or "comm" in inside or not set(inside) <= present:
+        return None
+    where = " and ".join(inside)
+    return SyncStage(inside, f"in communication (inside {where} under {str(strategy).upper()})",
+                     "+".join(inside))  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ under DDP on a CPU the communication hook's in-flight time per bucket. With a li
 
 from __future__ import annotations
 
+from trainscope import registry
 from trainscope.comm.predict import MIB, GradTensors, predict
 from trainscope.diagnosis.facts import RunFacts
 from trainscope.diagnosis.findings import Finding, half_of_stage, ms, pct, severity_of
@@ -34,7 +35,8 @@ def per_tensor_sync(f: RunFacts) -> Finding | None:
     """One collective per gradient tensor takes a large share of the step."""
     share = _own_sync_share(f)
     strategy = f.summary.get("strategy")
-    if share is None or share < COMM_SHARE or strategy not in ("allreduce", "gather-scatter"):
+    per_tensor = registry.capabilities(strategy).sync == "per_tensor"
+    if share is None or share < COMM_SHARE or not per_tensor:
         return None
     problem = (f"Gradient sync is {pct(share)} of the step with one collective per tensor "
                f"(strategy {strategy}; threshold {pct(COMM_SHARE)}).")  # fmt: skip
@@ -114,7 +116,8 @@ def ddp_overlap_lost(f: RunFacts) -> Finding | None:
     is nothing to overlap on (on 2 cores, 2 ranks of 1 thread, buckets of a quarter made
     DDP 1.97x slower: docs/doctor.md)."""
     comm, steps = f.summary.get("comm"), f.summary.get("steps")
-    if f.summary.get("strategy") != "ddp" or not isinstance(comm, dict) or not f.step_s.ok:
+    buckets_hook = registry.capabilities(f.summary.get("strategy")).sync == "buckets"
+    if not buckets_hook or not isinstance(comm, dict) or not f.step_s.ok:
         return None
     buckets, inflight = comm.get("hook_buckets"), comm.get("hook_inflight_s")
     if type(buckets) is not int or type(steps) is not int or steps < 1 or buckets > 1.5 * steps:

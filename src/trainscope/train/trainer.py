@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from trainscope import registry
 from trainscope.config import RunConfig
 from trainscope.data.loaders import make_loader
 from trainscope.profiling.comm_probe import CommProbe
@@ -579,7 +580,8 @@ class Trainer:
         """The peak memory and the ``memory`` section (see :func:`memory_figures`)."""
         figures = memory_figures(
             self.composed, self.ctx.device, self.step_fn, rss,
-            data_only=self.cfg.train.data_only, sharded=self.ctx.strategy.name == "fsdp",
+            data_only=self.cfg.train.data_only,
+            sharded=bool(registry.capabilities(self.ctx.strategy.name).shards),
         )  # fmt: skip
         self.record.set_memory(figures)
 
