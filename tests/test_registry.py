@@ -195,3 +195,33 @@ def test_a_strategys_capabilities_are_read_by_the_config_and_the_doctor(
     assert f.fix == {"--strategy": "fsdp"}  # it replicates the model states
     assert sync_stage("toy-sync", ["forward", "comm"]).stages == ("comm",)
     assert registry.capabilities("not-registered") == registry.Capabilities()
+
+
+TOY_RULE = """
+from trainscope.diagnosis.findings import Finding
+
+def long_steps(facts):
+    if not facts.step_s.ok or facts.step_s.median < 0.001:
+        return None
+    return Finding("toy-long-steps", "minor", "Steps take a millisecond or more.",
+                   [f"step {facts.step_s.median * 1e3:.1f} ms"], "none estimated", {})
+"""
+
+
+def test_a_registered_doctor_rule_is_run_by_the_doctor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One module and one registry entry: the doctor runs the rule on every record."""
+    from tests.diagnosis.test_rules import HEALTHY, rules_fired, write_run
+
+    (tmp_path / "toy_rule.py").write_text(TOY_RULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    run = write_run(tmp_path / "a", HEALTHY)
+    assert "toy-long-steps" not in rules_fired(run)
+    registry.register_rule(registry.RuleEntry("toy-long-steps", "toy_rule:long_steps"))
+    try:
+        assert "toy-long-steps" in rules_fired(run)
+    finally:
+        registry.unregister_rule("toy-long-steps")
+        sys.modules.pop("toy_rule", None)
+    assert "toy-long-steps" not in rules_fired(run)

@@ -249,6 +249,38 @@ def report_builder(kind: str) -> Callable[..., Any] | None:
     return load(target) if target else None
 
 
+# --------------------------------------------------------------------------- doctor rules
+
+
+@dataclass(frozen=True)
+class RuleEntry:
+    """A doctor rule beyond the built-in ones (:data:`trainscope.diagnosis.rules.RULES`):
+    ``trainscope doctor``, the run report's "What to fix" and ``doctor --apply`` run it on
+    every record, as they run those."""
+
+    name: str
+    target: str
+    """``"module:function"`` taking the run's facts (``RunFacts``) and returning a
+    ``Finding`` or None; imported when the doctor first runs."""
+    help: str = ""
+
+
+_RULES: dict[str, RuleEntry] = {}
+RULES: Mapping[str, RuleEntry] = MappingProxyType(_RULES)
+"""Name -> entry of the rules registered beyond the built-in ones (read-only)."""
+
+
+def register_rule(entry: RuleEntry) -> RuleEntry:
+    """Add (or replace) a doctor rule."""
+    _RULES[entry.name] = entry
+    return entry
+
+
+def unregister_rule(name: str) -> None:
+    """Remove a rule added with :func:`register_rule` (a test's toy)."""
+    _RULES.pop(name, None)
+
+
 # --------------------------------------------------------------------------- built-ins
 
 _S = "trainscope.strategies"

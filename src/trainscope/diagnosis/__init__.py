@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainscope import registry
 from trainscope.diagnosis.facts import RunFacts, facts_of, read_facts
 from trainscope.diagnosis.findings import (
     Finding,
@@ -69,7 +70,8 @@ def diagnose_record(record: RunRecord) -> Diagnosis:
 def diagnosis_of(facts: RunFacts) -> Diagnosis:
     """Every rule's finding on ``facts``, ranked."""
     found = []
-    for name, rule in RULES.items():
+    rules = {**RULES, **{n: registry.load(e.target) for n, e in registry.RULES.items()}}
+    for name, rule in rules.items():
         finding = rule(facts)
         if finding is not None:
             if facts.is_script and finding.fix:  # no config: --inject, or a code change

@@ -449,4 +449,5 @@ RULES: dict[str, Rule] = {
     "compile-recompiles": compile_recompiles,
     "compile-unpaid": compile_unpaid,
 }
-"""Every rule, by name (the registry a new rule joins)."""
+"""Every built-in rule, by name (a rule of one's own joins through
+:func:`trainscope.registry.register_rule`)."""
