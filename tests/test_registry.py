@@ -4,6 +4,7 @@ strategies and studies, with nothing else edited."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -225,3 +226,32 @@ def test_a_registered_doctor_rule_is_run_by_the_doctor(
         registry.unregister_rule("toy-long-steps")
         sys.modules.pop("toy_rule", None)
     assert "toy-long-steps" not in rules_fired(run)
+
+
+def test_a_registered_lab_chapter_is_chosen_and_measured_by_its_study(
+    tmp_path: Path,
+) -> None:
+    """One registry entry: ``lab --only toy`` finds the chapter and runs its study's
+    command; a chapter that takes a built-in's number is refused."""
+    from trainscope.cli.lab import only_chapters
+    from trainscope.lab.chapters import all_chapters
+    from trainscope.lab.runner import run_lab
+
+    toy_chapter = registry.Chapter(40, "toy", "A toy chapter", "What does a toy cost?",
+                                   "profile", quick=("--repeats", "1"))  # fmt: skip
+    registry.register_chapter(toy_chapter)
+    try:
+        assert all_chapters()[-1] is toy_chapter
+        (chosen,) = only_chapters("toy")
+        asked: list[list[str]] = []
+        result = run_lab(tmp_path / "lab", [chosen], quick=True, data_root=None,
+                         from_dirs=[], run_study=lambda argv: asked.append(argv) or 0)  # fmt: skip
+        assert asked[0][:4] == ["study", "profile", "--repeats", "1"]
+        assert result.states[0].status == "measured"
+        registry.register_chapter(dataclasses.replace(toy_chapter, number=2))
+        with pytest.raises(ConfigError, match="takes a built-in chapter's number or name"):
+            all_chapters()
+    finally:
+        registry.unregister_chapter(40)
+        registry.unregister_chapter(2)
+    assert all(c.slug != "toy" for c in all_chapters())

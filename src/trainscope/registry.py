@@ -281,6 +281,70 @@ def unregister_rule(name: str) -> None:
     _RULES.pop(name, None)
 
 
+# --------------------------------------------------------------------------- lab chapters
+
+
+@dataclass(frozen=True)
+class Chapter:
+    """One chapter of ``trainscope lab``: a classic question and the study (or the
+    maker's commands) that answers it by measuring (:mod:`trainscope.lab.chapters`)."""
+
+    number: int
+    slug: str
+    title: str
+    question: str
+    study: str | None
+    """The study kind that measures it (``trainscope study KIND``); None: a maker's
+    chapter, or one not built yet."""
+    quick: tuple[str, ...] = ()
+    """The study's flags under ``--quick``."""
+    full: tuple[str, ...] = ()
+    """The study's flags otherwise."""
+    data: tuple[str, ...] = ()
+    """The folders under ``--data`` it reads (``tinyshakespeare``); ``{data}`` in its
+    flags is ``--data``. None: its data ships with trainscope or is made by the run."""
+    maker: str | None = None
+    """A chapter made of several commands: its maker's key (:mod:`trainscope.lab.makers`)
+    instead of one study."""
+    command: tuple[str, ...] = ()
+    """The trainscope command that makes its study (default ``study KIND``)."""
+    fit: bool = False
+    """Its study takes ``--cost-model DIR``: the collectives chapter's, when measured."""
+    not_yet: str | None = None
+    """A part of the chapter's question this version does not measure (said in it)."""
+    after: tuple[str, ...] = ()
+    """The words after ``--`` of its study's command: the user's script and its
+    arguments (``trainscope lab --script``), put last, after the lab's own flags."""
+    elsewhere: str | None = None
+    """Why this lab does not measure it although this version can (a lab of a script:
+    the chapter needs trainscope's reference workloads)."""
+
+    def argv(self, quick: bool, data_root: str | None, fit_dir: str | None = None) -> list[str]:
+        """The command line (after ``trainscope``) that makes this chapter's study."""
+        argv = list(self.command or ("study", str(self.study)))
+        root = (data_root or "").rstrip("/")
+        argv += [a.replace("{data}", root) for a in (self.quick if quick else self.full)]
+        if self.fit and fit_dir is not None:
+            argv += ["--cost-model", fit_dir]
+        return argv
+
+
+_CHAPTERS: dict[int, Chapter] = {}
+CHAPTERS: Mapping[int, Chapter] = MappingProxyType(_CHAPTERS)
+"""Number -> the lab chapters registered beyond the built-in ones (read-only)."""
+
+
+def register_chapter(chapter: Chapter) -> Chapter:
+    """Add (or replace) a lab chapter (its number and name must not be a built-in's)."""
+    _CHAPTERS[chapter.number] = chapter
+    return chapter
+
+
+def unregister_chapter(number: int) -> None:
+    """Remove a chapter added with :func:`register_chapter` (a test's toy)."""
+    _CHAPTERS.pop(number, None)
+
+
 # --------------------------------------------------------------------------- built-ins
 
 _S = "trainscope.strategies"

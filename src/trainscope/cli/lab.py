@@ -111,13 +111,14 @@ def only_chapters(text: str | None) -> list[Chapter]:
     every chapter); anything else is one line listing the chapters. Only ASCII digits are
     numbers: ``str.isdigit`` also takes "²", which ``int`` refuses."""
     from trainscope.errors import ConfigError
-    from trainscope.lab.chapters import CHAPTERS
+    from trainscope.lab.chapters import all_chapters
     from trainscope.util.checks import show
 
     if text is None:
-        return list(CHAPTERS)
-    by_key = {str(c.number): c for c in CHAPTERS} | {c.slug: c for c in CHAPTERS}
-    listed = ", ".join(f"{c.number} {c.slug}" for c in CHAPTERS)
+        return list(all_chapters())
+    chapters = all_chapters()
+    by_key = {str(c.number): c for c in chapters} | {c.slug: c for c in chapters}
+    listed = ", ".join(f"{c.number} {c.slug}" for c in chapters)
     chosen: dict[int, Chapter] = {}
     for part in (p.strip() for p in str(text).split(",")):
         number = part.isascii() and part.isdigit() and len(part) < 10

@@ -11,55 +11,10 @@ so, never a figure it did not measure.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from trainscope import registry
 from trainscope.errors import ConfigError
+from trainscope.registry import Chapter
 from trainscope.util.spread import MIN_N_TO_CLAIM
-
-
-@dataclass(frozen=True)
-class Chapter:
-    """One chapter of the lab."""
-
-    number: int
-    slug: str
-    title: str
-    question: str
-    study: str | None
-    """The study kind that measures it (``trainscope study KIND``); None: a maker's
-    chapter, or one not built yet."""
-    quick: tuple[str, ...] = ()
-    """The study's flags under ``--quick``."""
-    full: tuple[str, ...] = ()
-    """The study's flags otherwise."""
-    data: tuple[str, ...] = ()
-    """The folders under ``--data`` it reads (``tinyshakespeare``); ``{data}`` in its
-    flags is ``--data``. None: its data ships with trainscope or is made by the run."""
-    maker: str | None = None
-    """A chapter made of several commands: its maker's key (:mod:`trainscope.lab.makers`)
-    instead of one study."""
-    command: tuple[str, ...] = ()
-    """The trainscope command that makes its study (default ``study KIND``)."""
-    fit: bool = False
-    """Its study takes ``--cost-model DIR``: the collectives chapter's, when measured."""
-    not_yet: str | None = None
-    """A part of the chapter's question this version does not measure (said in it)."""
-    after: tuple[str, ...] = ()
-    """The words after ``--`` of its study's command: the user's script and its
-    arguments (``trainscope lab --script``), put last, after the lab's own flags."""
-    elsewhere: str | None = None
-    """Why this lab does not measure it although this version can (a lab of a script:
-    the chapter needs trainscope's reference workloads)."""
-
-    def argv(self, quick: bool, data_root: str | None, fit_dir: str | None = None) -> list[str]:
-        """The command line (after ``trainscope``) that makes this chapter's study."""
-        argv = list(self.command or ("study", str(self.study)))
-        root = (data_root or "").rstrip("/")
-        argv += [a.replace("{data}", root) for a in (self.quick if quick else self.full)]
-        if self.fit and fit_dir is not None:
-            argv += ["--cost-model", fit_dir]
-        return argv
-
 
 _SHAKESPEARE = ("--data-dir", "{data}/tinyshakespeare")
 _MINILM = ("--data-dir", "{data}/sst2", "--pretrained", "{data}/minilm-l6", "--max-length",
@@ -134,18 +89,33 @@ CHAPTERS: tuple[Chapter, ...] = (
 """Every chapter, in order."""
 
 
+def all_chapters() -> tuple[Chapter, ...]:
+    """Every chapter in number order: the built-in ones and those registered
+    (:func:`trainscope.registry.register_chapter`); one that takes a built-in's number or
+    name is refused."""
+    taken = {c.number for c in CHAPTERS} | {c.slug for c in CHAPTERS}
+    extra = list(registry.CHAPTERS.values())
+    for c in extra:
+        if c.number in taken or c.slug in taken:
+            raise ConfigError(f"lab chapter {c.number} {c.slug!r} takes a built-in "
+                              "chapter's number or name")  # fmt: skip
+    return tuple(sorted((*CHAPTERS, *extra), key=lambda c: c.number))
+
+
 def chapter(number: int) -> Chapter:
     """The chapter numbered ``number``."""
-    for c in CHAPTERS:
+    chapters = all_chapters()
+    for c in chapters:
         if c.number == number:
             return c
-    raise ConfigError(f"the lab has no chapter {number}: chapters are 1-{len(CHAPTERS)}")
+    listed = ", ".join(str(c.number) for c in chapters)
+    raise ConfigError(f"the lab has no chapter {number}: chapters are {listed}")
 
 
 def parse_only(text: str | None) -> list[Chapter]:
     """``--only 2,5`` -> those chapters, in order (None: every chapter)."""
     if text is None:
-        return list(CHAPTERS)
+        return list(all_chapters())
     numbers: list[int] = []
     for part in str(text).split(","):
         part = part.strip()
@@ -159,4 +129,4 @@ def parse_only(text: str | None) -> list[Chapter]:
     return [chapter(n) for n in sorted(set(numbers))]
 
 
-__all__ = ["CHAPTERS", "Chapter", "chapter", "parse_only"]
+__all__ = ["CHAPTERS", "Chapter", "all_chapters", "chapter", "parse_only"]

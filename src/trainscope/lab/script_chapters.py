@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from trainscope.lab.chapters import CHAPTERS, Chapter
+from trainscope.lab.chapters import Chapter, all_chapters
 
 _REPEATS = ("--repeats", "3")
 SCRIPT_CHAPTERS: dict[str, tuple[str, str, tuple[str, ...], tuple[str, ...]]] = {
@@ -46,7 +46,7 @@ def script_chapters(command: list[str], threads: str | None = None) -> tuple[Cha
     trainscope's workloads (:attr:`Chapter.elsewhere`)."""
     extra = ("--threads", threads) if threads else ()
     out = []
-    for c in CHAPTERS:
+    for c in all_chapters():
         if c.slug in SCRIPT_CHAPTERS:
             study, question, quick, full = SCRIPT_CHAPTERS[c.slug]
             out.append(dataclasses.replace(
