@@ -5,6 +5,7 @@ strategies and studies, with nothing else edited."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -255,3 +256,51 @@ def test_a_registered_lab_chapter_is_chosen_and_measured_by_its_study(
         registry.unregister_chapter(40)
         registry.unregister_chapter(2)
     assert all(c.slug != "toy" for c in all_chapters())
+
+
+TOY_WORKLOAD = """
+from trainscope.errors import ConfigError
+from trainscope.recipes import Recipe
+from trainscope.workloads.builtin import synthetic
+
+def make(cfg, cache_dir):
+    return synthetic(cfg, cache_dir)
+
+def check(options):
+    if set(options) - {"width"}:
+        raise ConfigError(f"toy-wl takes width only, got {sorted(options)}")
+
+def recipe(options):
+    return Recipe("toy: SGD lr 0.0123", train={"optimizer": "sgd", "lr": 0.0123})
+"""
+
+
+def test_a_registered_workload_is_listed_checked_given_its_recipe_and_trained(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One module and one entry: ``--workload toy-wl`` is in the help with its recipe,
+    its options are checked before a run, its recipe fills the config, and it trains."""
+    from trainscope.workloads import check_options
+
+    (tmp_path / "toy_wl.py").write_text(TOY_WORKLOAD)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry.register_workload(registry.WorkloadEntry(
+        "toy-wl", "toy_wl:make", options="toy_wl:check", recipe="toy_wl:recipe"))  # fmt: skip
+    try:
+        text = _help(capsys, "run")
+        assert "text-cls | toy-wl | pkg.module:factory" in text
+        assert "toy-wl: toy: SGD lr 0.0123" in text
+        cfg = from_dict({"workload": {"name": "toy-wl"}})
+        assert cfg.train.lr == 0.0123
+        with pytest.raises(ConfigError, match="toy-wl takes width only"):
+            check_options(from_dict({"workload": {"name": "toy-wl",
+                                                  "options": {"depth": 2}}}).workload)  # fmt: skip
+        out = tmp_path / "run"
+        assert main(["run", "-q", "--workload", "toy-wl", "--epochs", "1",
+                     "--max-steps-per-epoch", "2", "--out", str(out)]) == 0  # fmt: skip
+        assert json.loads((out / "summary.json").read_text())["status"] == "completed"
+    finally:
+        registry.unregister_workload("toy-wl")
+        sys.modules.pop("toy_wl", None)
+    with pytest.raises(ConfigError, match="unknown workload 'toy-wl'"):
+        from_dict({"workload": {"name": "toy-wl"}})

@@ -39,7 +39,9 @@ from trainscope.util.target import parse_target
 
 SINK_NAMES = ("wandb", "tensorboard")
 """The experiment trackers a run may also log to (``tracking:`` in a config)."""
-BUILTIN_WORKLOADS = ("digits", "mnist", "synthetic", "gpt-char", "text-cls")
+BUILTIN_WORKLOADS = tuple(registry.WORKLOADS)
+"""The workloads trainscope ships (their registry entries, at import); a workload
+registered later (:func:`trainscope.registry.register_workload`) is chosen as they are."""
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 OPTIMIZERS = ("sgd", "adam", "adamw", "muon")
 OPTIMIZER_IMPLS = ("auto", "for-loop", "foreach", "fused")
@@ -171,9 +173,9 @@ class WorkloadConfig:
     n_layer, ...; text-cls: model, size, task, lora_r, ...; a user factory reads its own)."""
 
     def __post_init__(self) -> None:
-        if self.name not in BUILTIN_WORKLOADS and not FACTORY_RE.match(self.name):
+        if self.name not in registry.WORKLOADS and not FACTORY_RE.match(self.name):
             raise ConfigError(
-                f"unknown workload {self.name!r}: choose one of {', '.join(BUILTIN_WORKLOADS)}"
+                f"unknown workload {self.name!r}: choose one of {', '.join(registry.WORKLOADS)}"
                 " or give package.module:factory"
             )
         self.synthetic_shape = tuple(self.synthetic_shape)  # YAML gives a list
@@ -642,7 +644,7 @@ class RunConfig:
         synthetic workload in another built-in's (a text-cls run has no ``num_classes:
         10``); read back, the left-out keys take their defaults, so nothing changes."""
         d = {**self.to_dict(), "out": None, "overwrite": False, "resume": False}
-        if self.workload.name in BUILTIN_WORKLOADS and self.workload.name != "synthetic":
+        if self.workload.name in registry.WORKLOADS and self.workload.name != "synthetic":
             for key in SYNTHETIC_ONLY:
                 d["workload"].pop(key, None)
         return d

@@ -20,6 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainscope import registry
+
 # Settings that belong to one optimizer: dropped from a recipe when another is named.
 OPTIMIZER_TIED = ("lr", "betas", "momentum", "weight_decay")
 
@@ -130,22 +132,42 @@ TEXT_CLS_LORA = Recipe(
 )
 
 
+def digits_recipe(options: Mapping[str, Any]) -> Recipe:
+    """digits' recipe (its registry entry's ``recipe``)."""
+    return DIGITS
+
+
+def synthetic_recipe(options: Mapping[str, Any]) -> Recipe:
+    """synthetic's recipe."""
+    return SYNTHETIC
+
+
+def mnist_recipe(options: Mapping[str, Any]) -> Recipe:
+    """mnist's recipe."""
+    return MNIST
+
+
+def gpt_char_recipe(options: Mapping[str, Any]) -> Recipe:
+    """gpt-char's recipe: the CPU one for ``--preset cpu``."""
+    return GPT_CHAR_CPU if options.get("preset") == "cpu" else GPT_CHAR
+
+
+def text_cls_recipe(options: Mapping[str, Any]) -> Recipe:
+    """text-cls's recipe: from scratch, fine-tuning, or LoRA."""
+    if not options.get("pretrained"):
+        return TEXT_CLS_SCRATCH
+    return TEXT_CLS_LORA if options.get("lora_r") else TEXT_CLS_PRETRAINED
+
+
 def recipe_for(workload: Any, options: Any) -> Recipe | None:
-    """The recipe of a workload given its options, or None (generic defaults)."""
+    """The recipe of a workload given its options (its registry entry's), or None
+    (generic defaults)."""
     options = options if isinstance(options, Mapping) else {}
-    if workload == "digits":
-        return DIGITS
-    if workload == "synthetic":
-        return SYNTHETIC
-    if workload == "mnist":
-        return MNIST
-    if workload == "gpt-char":
-        return GPT_CHAR_CPU if options.get("preset") == "cpu" else GPT_CHAR
-    if workload == "text-cls":
-        if not options.get("pretrained"):
-            return TEXT_CLS_SCRATCH
-        return TEXT_CLS_LORA if options.get("lora_r") else TEXT_CLS_PRETRAINED
-    return None
+    entry = registry.WORKLOADS.get(workload) if isinstance(workload, str) else None
+    if entry is None or entry.recipe is None:
+        return None
+    recipe = registry.load(entry.recipe)(options)
+    return recipe if isinstance(recipe, Recipe) else None
 
 
 def apply_recipe(data: dict[str, Any], default_workload: str) -> dict[str, Any]:
@@ -192,6 +214,10 @@ def recipes_help() -> str:
         ("text-cls --pretrained", TEXT_CLS_PRETRAINED.title),
         ("text-cls --pretrained --lora-r R", TEXT_CLS_LORA.title),
     ]
+    builtin = ("digits", "synthetic", "mnist", "gpt-char", "text-cls")
+    for name in (n for n in registry.WORKLOADS if n not in builtin):  # registered ones
+        recipe = recipe_for(name, {})
+        rows.append((name, recipe.title if recipe else "generic defaults"))
     lines = ["default recipes (any flag or --config setting overrides its part):"]
     rows.append(
         (

@@ -249,6 +249,48 @@ def report_builder(kind: str) -> Callable[..., Any] | None:
     return load(target) if target else None
 
 
+# --------------------------------------------------------------------------- workloads
+
+
+@dataclass(frozen=True)
+class WorkloadEntry:
+    """A workload chosen by name: ``--workload NAME`` (a user's own can also be named as
+    ``pkg.module:factory`` without an entry). Every part is a ``"module:function"``
+    string, imported only when the workload is chosen."""
+
+    name: str
+    factory: str
+    """``(WorkloadConfig, cache_dir) -> Workload``."""
+    options: str | None = None
+    """``(options mapping) -> None``, raising ConfigError for a bad one before any run;
+    None: it takes no options."""
+    layout: str | None = None
+    """``(options) -> {"blocks": n, "heads": h, "pipeline": bool, "tp": bool}``, its model's
+    layout before anything is built; None: a model without blocks."""
+    data_check: str | None = None
+    """``(data_dir) -> None``, raising DataError where the folder cannot hold its data;
+    None: nothing to check before the run."""
+    recipe: str | None = None
+    """``(options) -> Recipe | None``: its default recipe (:mod:`trainscope.recipes`);
+    None: the generic defaults."""
+
+
+_WORKLOADS: dict[str, WorkloadEntry] = {}
+WORKLOADS: Mapping[str, WorkloadEntry] = MappingProxyType(_WORKLOADS)
+"""Name -> entry, in registration order (read-only; add with :func:`register_workload`)."""
+
+
+def register_workload(entry: WorkloadEntry) -> WorkloadEntry:
+    """Add (or replace) a workload."""
+    _WORKLOADS[entry.name] = entry
+    return entry
+
+
+def unregister_workload(name: str) -> None:
+    """Remove a workload (a test's toy)."""
+    _WORKLOADS.pop(name, None)
+
+
 # --------------------------------------------------------------------------- doctor rules
 
 
@@ -598,3 +640,33 @@ register_study(
 
 _RECORD_ONLY["collectives"] = "trainscope.reports.study_collectives:collectives_sections"
 _RECORD_ONLY["doctor"] = "trainscope.reports.study_doctor:doctor_sections"
+
+
+_W = "trainscope.workloads"
+for _workload in (
+    WorkloadEntry("digits", f"{_W}.builtin:digits", recipe="trainscope.recipes:digits_recipe"),
+    WorkloadEntry(
+        "mnist",
+        f"{_W}.builtin:mnist",
+        recipe="trainscope.recipes:mnist_recipe",
+        data_check="trainscope.data.mnist_files:find_mnist_files",
+    ),
+    WorkloadEntry(
+        "synthetic", f"{_W}.builtin:synthetic", recipe="trainscope.recipes:synthetic_recipe"
+    ),
+    WorkloadEntry(
+        "gpt-char",
+        f"{_W}.gpt:gpt_char",
+        options=f"{_W}.gpt:check_options",
+        layout=f"{_W}.gpt:layout",
+        recipe="trainscope.recipes:gpt_char_recipe",
+    ),
+    WorkloadEntry(
+        "text-cls",
+        f"{_W}.text_cls:text_cls",
+        options=f"{_W}.text_cls:parse_options",
+        layout=f"{_W}.text_cls:layout",
+        recipe="trainscope.recipes:text_cls_recipe",
+    ),
+):
+    register_workload(_workload)

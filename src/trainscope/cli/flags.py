@@ -10,7 +10,7 @@ import argparse
 from typing import Any
 
 from trainscope import registry
-from trainscope.config import BUILTIN_WORKLOADS, MUON_ONLY  # torch-free
+from trainscope.config import MUON_ONLY  # torch-free
 from trainscope.errors import ConfigError
 
 
@@ -70,7 +70,7 @@ RUN_FLAGS: dict[str, Flag] = {
     "--workload": _value(
         "workload.name",
         "NAME",
-        " | ".join(BUILTIN_WORKLOADS) + " | pkg.module:factory (default digits)",
+        lambda: " | ".join(registry.WORKLOADS) + " | pkg.module:factory (default digits)",
     ),
     "--data-dir": _value(
         "workload.data_dir", "DIR", "local data folder (mnist: the four IDX files)"

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trainscope import registry
 from trainscope.errors import ConfigError, TrainscopeError
 
 if TYPE_CHECKING:
@@ -19,70 +20,35 @@ if TYPE_CHECKING:
     from trainscope.workloads.base import Workload
 
 
-# Built-in name -> "module:factory" inside trainscope.workloads; each factory takes
-# (WorkloadConfig, cache_dir) and returns a Workload. Imported only when chosen, so a
+# Each built-in workload's parts (factory, option check, layout, data check, recipe) are
+# its registry entry (trainscope.registry.WorkloadEntry), imported only when chosen, so a
 # workload with optional dependencies (text-cls: transformers) costs nothing otherwise.
-BUILTINS: dict[str, str] = {
-    "digits": "builtin:digits",
-    "mnist": "builtin:mnist",
-    "synthetic": "builtin:synthetic",
-    "gpt-char": "gpt:gpt_char",
-    "text-cls": "text_cls:text_cls",
-}
-
-
-# Built-ins whose options are checked before a run starts ("module:function" taking the
-# options mapping and raising ConfigError); the image workloads take none.
-OPTION_CHECKS: dict[str, str] = {
-    "gpt-char": "gpt:check_options",
-    "text-cls": "text_cls:parse_options",
-}
-
-
-# Built-ins whose model layout is known from their options, before anything is built
-# ("module:function" taking the options mapping and returning {"blocks": n, "heads": h,
-# "pipeline": whether strategy pipeline can split it}); the image workloads have no blocks.
-LAYOUTS: dict[str, str | None] = {
-    "digits": None,
-    "mnist": None,
-    "synthetic": None,
-    "gpt-char": "gpt:layout",
-    "text-cls": "text_cls:layout",
-}
 
 
 def workload_layout(cfg: WorkloadConfig) -> dict[str, Any] | None:
-    """A built-in workload's layout from its options ({"blocks": 0} for one without
-    blocks); None for a user's workload, whose model alone knows."""
-    if cfg.name not in LAYOUTS:
+    """A registered workload's layout from its options ({"blocks": 0} for one without
+    blocks); None for a user's ``pkg.module:factory``, whose model alone knows."""
+    entry = registry.WORKLOADS.get(cfg.name)
+    if entry is None:
         return None
-    spec = LAYOUTS[cfg.name]
-    if spec is None:
+    if entry.layout is None:
         return {"blocks": 0}
-    module, _, attr = spec.partition(":")
-    return getattr(importlib.import_module(f"trainscope.workloads.{module}"), attr)(cfg.options)
-
-
-# Built-ins whose --data-dir is checked before the run folder exists and before torch is
-# imported ("module:function" taking the folder and raising DataError with what to do):
-# a folder lacking files fails in a moment, not after the start-up and a failed run.
-DATA_CHECKS: dict[str, str] = {
-    "mnist": "trainscope.data.mnist_files:find_mnist_files",
-}
+    return registry.load(entry.layout)(cfg.options)
 
 
 def check_data(cfg: WorkloadConfig) -> None:
-    """Refuse a built-in workload's ``data_dir`` that cannot hold its data (torch-free)."""
-    spec = DATA_CHECKS.get(cfg.name)
-    if spec is None or cfg.data_dir is None:
+    """Refuse a registered workload's ``data_dir`` that cannot hold its data, before the
+    run folder exists and before torch is imported (torch-free): a folder lacking files
+    fails in a moment, not after the start-up and a failed run."""
+    entry = registry.WORKLOADS.get(cfg.name)
+    if entry is None or entry.data_check is None or cfg.data_dir is None:
         return  # without a folder the workload downloads (or says how to) in setup
-    module, _, attr = spec.partition(":")
-    getattr(importlib.import_module(module), attr)(cfg.data_dir)
+    registry.load(entry.data_check)(cfg.data_dir)
 
 
 def check_options(cfg: WorkloadConfig) -> None:
-    """Refuse bad ``workload.options`` of a built-in workload before anything is written,
-    and a data folder that lacks its files (:func:`check_data`).
+    """Refuse bad ``workload.options`` of a registered workload before anything is
+    written, and a data folder that lacks its files (:func:`check_data`).
 
     A user's ``pkg.module:factory`` reads its own options, so they are left to it; its
     module must import, though (a misspelt name is refused here, not as a failed run).
@@ -91,20 +57,18 @@ def check_options(cfg: WorkloadConfig) -> None:
     if ":" in cfg.name:
         load_factory(cfg.name)
         return
-    spec = OPTION_CHECKS.get(cfg.name)
-    if spec is None:
+    entry = registry.WORKLOADS.get(cfg.name)
+    if entry is None or entry.options is None:
         if cfg.options:
             raise ConfigError(
                 f"workload {cfg.name} takes no options, got {', '.join(map(str, cfg.options))}"
             )
         return
-    module, _, attr = spec.partition(":")
-    getattr(importlib.import_module(f"trainscope.workloads.{module}"), attr)(cfg.options)
+    registry.load(entry.options)(cfg.options)
 
 
 def _builtin(name: str) -> Callable[..., Workload]:
-    module, _, attr = BUILTINS[name].partition(":")
-    return getattr(importlib.import_module(f"trainscope.workloads.{module}"), attr)
+    return registry.load(registry.WORKLOADS[name].factory)
 
 
 def load_factory(spec: str) -> Callable[..., Workload]:
