@@ -631,3 +631,30 @@ def test_quiet_run_prints_no_warnings(capsys: pytest.CaptureFixture[str], tmp_pa
     assert code == 0
     if len(os.sched_getaffinity(0)) < 4:  # torch warns only where 4 workers exceed the CPUs
         assert "worker" in err  # the same run, not quiet, says it
+
+
+def test_each_flags_default_in_its_help_comes_from_the_config_field() -> None:
+    """Help never restates a default by hand (it would drift from the config): the
+    rendered help of a flag whose field has a plain default ends with it, read from the
+    field, and the flag's own text does not say it again."""
+    import dataclasses
+
+    from trainscope.cli.flags import RUN_FLAGS, field_default, flag_help
+    from trainscope.config import RunConfig
+
+    checked = 0
+    for flag, (dest, kwargs) in RUN_FLAGS.items():
+        value = field_default(dest)
+        if value is None or isinstance(value, (list, tuple, dict)) or not isinstance(
+            value, (str, int, float, bool)
+        ):
+            continue
+        shown = ("on" if value else "off") if isinstance(value, bool) else str(value)
+        text = kwargs.get("help")
+        text = text() if callable(text) else (text or "")
+        assert f"default {shown}" not in text, flag
+        assert flag_help(dest, kwargs).endswith(f"default {shown}" + (")" if text else "")), flag
+        checked += 1
+    assert checked >= 30
+    # the value shown is the one a run without the flag gets
+    assert dataclasses.asdict(RunConfig())["data"]["batch_size"] == field_default("data.batch_size")

@@ -25,6 +25,7 @@ from trainscope.cli.flags import (
     FLAG_GROUPS,
     RUN_FLAGS,
     flag_group,
+    flag_help,
     refuse_muon_flags_without_muon,
     refuse_what_the_study_sets,
 )
@@ -156,8 +157,7 @@ def _add_run_flags(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> No
     for flag, (dest, kwargs) in RUN_FLAGS.items():
         if flag not in skip:
             group = groups.get(flag_group(dest)) or p
-            if callable(kwargs.get("help")):  # a list read from a registry now
-                kwargs = {**kwargs, "help": kwargs["help"]()}
+            kwargs = {**kwargs, "help": flag_help(dest, kwargs)}  # its default from the config
             group.add_argument(flag, dest=dest, default=argparse.SUPPRESS, **kwargs)
     p.add_argument(
         "--set",

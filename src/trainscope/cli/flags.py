@@ -7,10 +7,11 @@ module must not import torch.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from typing import Any
 
 from trainscope import registry
-from trainscope.config import MUON_ONLY  # torch-free
+from trainscope.config import MUON_ONLY, SECTIONS  # torch-free
 from trainscope.errors import ConfigError
 
 
@@ -59,6 +60,38 @@ def _on_off(dest: str, help: str | None = None) -> Flag:
     return dest, _given(action=argparse.BooleanOptionalAction, help=help)
 
 
+_NO_DEFAULT = object()
+
+
+def field_default(dest: str) -> Any:
+    """The config field's own default for a flag's dotted key (``_NO_DEFAULT``: none)."""
+    section, _, name = dest.partition(".")
+    cls = SECTIONS.get(section)
+    if cls is None or not name or "." in name:
+        return _NO_DEFAULT
+    for f in dataclasses.fields(cls):
+        if f.name == name:
+            if f.default is not dataclasses.MISSING:
+                return f.default
+            if f.default_factory is not dataclasses.MISSING:
+                return f.default_factory()
+    return _NO_DEFAULT
+
+
+def flag_help(dest: str, kwargs: dict[str, Any]) -> str | None:
+    """A flag's help as ``run --help`` shows it: its text (a list read from a registry
+    now) and ``(default X)`` read from the config field, so help cannot restate a default
+    the config has since changed. A field without a plain default (None: decided at run
+    time, a list) says its default in words, if any."""
+    text = kwargs.get("help")
+    text = text() if callable(text) else text
+    value = field_default(dest)
+    if value is _NO_DEFAULT or value is None or isinstance(value, (list, tuple, dict)):
+        return text
+    shown = ("on" if value else "off") if isinstance(value, bool) else str(value)
+    return f"{text} (default {shown})" if text else f"default {shown}"
+
+
 def _switch(dest: str, help: str) -> Flag:
     """``--x`` alone: true when given."""
     return dest, {"action": "store_true", "help": help}
@@ -70,12 +103,12 @@ RUN_FLAGS: dict[str, Flag] = {
     "--workload": _value(
         "workload.name",
         "NAME",
-        lambda: " | ".join(registry.WORKLOADS) + " | pkg.module:factory (default digits)",
+        lambda: " | ".join(registry.WORKLOADS) + " | pkg.module:factory",
     ),
     "--data-dir": _value(
         "workload.data_dir", "DIR", "local data folder (mnist: the four IDX files)"
     ),
-    "--download": _on_off("workload.download", "allow downloading missing data (default on)"),
+    "--download": _on_off("workload.download", "allow downloading missing data"),
     "--augment": _on_off("workload.augment", "random-affine augmentation of training images"),
     "--synthetic-samples": _int("workload.synthetic_samples", "N"),
     "--synthetic-shape": (
@@ -116,40 +149,35 @@ RUN_FLAGS: dict[str, Flag] = {
         "text-cls: modules LoRA adapts (default query,value)",
         _names,
     ),
-    "--batch-size": _int("data.batch_size", "N", "samples per step (default 32)"),
+    "--batch-size": _int("data.batch_size", "N", "samples per step"),
     "--num-workers": _value(
         "data.num_workers",
         "N|auto",
-        "DataLoader workers (default 0); auto measures and picks (cached)",
+        "DataLoader workers; auto measures and picks (cached)",
         _workers,
     ),
-    "--loader": _value(
-        "data.loader", "KIND", "torch (DataLoader, default) | fast (tensors on the device)"
-    ),
+    "--loader": _value("data.loader", "KIND", "torch (DataLoader) | fast (tensors on the device)"),
     "--pin-memory": _on_off("data.pin_memory"),
     "--persistent-workers": _on_off("data.persistent_workers"),
     "--prefetch-factor": _int("data.prefetch_factor", "N"),
     "--shuffle-seed": _int("data.shuffle_seed", "N"),
     "--drop-last": _on_off("data.drop_last"),
-    "--epochs": _int("train.epochs", "N", "default 30"),
+    "--epochs": _int("train.epochs", "N", "passes over the training set"),
     "--max-steps-per-epoch": _int("train.max_steps_per_epoch", "N"),
     "--optimizer": _value(
         "train.optimizer",
         "NAME",
-        "sgd | adam | adamw | muon (default sgd; muon: Muon on the "
-        "hidden matrices, AdamW on the rest)",
+        "sgd | adam | adamw | muon (muon: Muon on the hidden matrices, AdamW on the rest)",
     ),
-    "--lr": _float("train.lr", "LR", "learning rate (default 0.05; muon: AdamW's)"),
-    "--muon-lr": _float(
-        "train.muon_lr", "LR", "muon: Muon's learning rate (default 0.02, Keller Jordan's)"
-    ),
+    "--lr": _float("train.lr", "LR", "learning rate (muon: AdamW's)"),
+    "--muon-lr": _float("train.muon_lr", "LR", "muon: Muon's learning rate (Keller Jordan's)"),
     "--muon-ns-dtype": _value(
         "train.muon_ns_dtype",
         "auto|bf16|fp32",
         "muon: Newton-Schulz dtype (auto: fp32 on a CPU without bf16 units, else bf16)",
     ),
     "--muon-ns-steps": _int(
-        "train.muon_ns_steps", "N", "muon: Newton-Schulz iterations per update (default 5)"
+        "train.muon_ns_steps", "N", "muon: Newton-Schulz iterations per update"
     ),
     "--momentum": _float("train.momentum", "M"),
     "--weight-decay": _float("train.weight_decay", "WD"),
@@ -165,12 +193,10 @@ RUN_FLAGS: dict[str, Flag] = {
         "auto (torch's default) | for-loop | foreach | fused (one kernel per update)",
     ),
     "--schedule": _value(
-        "train.schedule", "NAME", "lr schedule: constant (default) | cosine | linear | one-cycle"
+        "train.schedule", "NAME", "lr schedule: constant | cosine | linear | one-cycle"
     ),
     "--warmup-steps": _int("train.warmup_steps", "N", "linear lr warm-up over the first N steps"),
-    "--min-lr-ratio": _float(
-        "train.min_lr_ratio", "R", "cosine/linear decay ends at R x lr (default 0)"
-    ),
+    "--min-lr-ratio": _float("train.min_lr_ratio", "R", "cosine/linear decay ends at R x lr"),
     "--grad-clip": _float("train.grad_clip", "NORM", "clip the gradients' global norm (0: off)"),
     "--seed": _int("train.seed", "N", "model/initialisation seed"),
     "--eval-every": _int("train.eval_every", "N", "validate every N epochs"),
@@ -194,8 +220,8 @@ RUN_FLAGS: dict[str, Flag] = {
     "--threads": _value(
         "runtime.threads",
         "N|auto",
-        "torch intra-op threads per process (default auto: OMP_NUM_THREADS if set, else the "
-        "usable cores / the run's processes on this machine); in a study, the core budget "
+        "torch intra-op threads per process (auto: OMP_NUM_THREADS if set, else the usable "
+        "cores / the run's processes on this machine); in a study, the core budget "
         "every configuration shares: threads x processes",
         _workers,
     ),
@@ -203,18 +229,17 @@ RUN_FLAGS: dict[str, Flag] = {
     "--checkpointing": _value(
         "runtime.checkpointing",
         "POLICY",
-        "activation checkpointing of the model's blocks: none (default) | full | every-K | "
-        "selective",
+        "activation checkpointing of the model's blocks: none | full | every-K | selective",
     ),
     "--compile": _on_off(
-        "runtime.compile", "torch.compile the model; compile time is its own stage (default off)"
+        "runtime.compile", "torch.compile the model; compile time is its own stage"
     ),
     "--timing": _value("runtime.timing", "MODE", "auto (events on GPU) | exact (sync per stage)"),
     "--system-interval": _float("runtime.system_interval_s", "S", "seconds between system samples"),
     "--timing-warmup": _int(
         "runtime.timing_warmup_steps",
         "K",
-        "first K steps reported apart from the steady state (default 5)",
+        "first K steps reported apart from the steady state",
     ),
     "--track": _value(
         "runtime.track",
@@ -223,23 +248,21 @@ RUN_FLAGS: dict[str, Flag] = {
         _names,
     ),
     "--checkpoint-every": _int(
-        "train.checkpoint_every", "N", "write a checkpoint every N steps (default off)"
+        "train.checkpoint_every", "N", "write a checkpoint every N steps (0: none)"
     ),
     "--checkpoint-every-epoch": _switch(
         "train.checkpoint_every_epoch", "write a checkpoint at the end of every epoch"
     ),
-    "--keep-checkpoints": _int(
-        "train.keep_checkpoints", "K", "complete checkpoints kept (default 2)"
-    ),
-    "--save-weights": _on_off("train.save_weights", "write model.safetensors (default on)"),
+    "--keep-checkpoints": _int("train.keep_checkpoints", "K", "complete checkpoints kept"),
+    "--save-weights": _on_off("train.save_weights", "write model.safetensors"),
     "--strategy": _value(
         "dist.strategy",
         "NAME",
         # Read when the parser is built: every registered strategy (trainscope.registry).
-        lambda: " | ".join(registry.strategy_names()) + " (default single)",
+        lambda: " | ".join(registry.strategy_names()),
     ),
     "--nproc": _int("dist.nproc", "N", "processes per node, launched by torchrun"),
-    "--nnodes": _int("dist.nnodes", "N", "machines (default 1)"),
+    "--nnodes": _int("dist.nnodes", "N", "machines"),
     "--node-rank": _int("dist.node_rank", "R", "this machine"),
     "--master-addr": _value("dist.master_addr", "HOST", "node 0's address"),
     "--master-port": _int("dist.master_port", "PORT"),
@@ -289,16 +312,15 @@ RUN_FLAGS: dict[str, Flag] = {
     "--stall-timeout": _float(
         "dist.stall_timeout_s",
         "S",
-        "stop a multi-process run when no rank progressed for S seconds, naming the ranks "
-        "behind (default 60)",
+        "stop a multi-process run when no rank progressed for S seconds, naming the ranks behind",
     ),
     "--max-restarts": _int(
         "dist.max_restarts",
         "K",
         "torchrun restarts every rank up to K times after one fails; they resume from the "
-        "last checkpoint (default 0)",
+        "last checkpoint",
     ),
-    "--timeout": _float("dist.timeout_s", "S", "collective timeout in seconds (default 300)"),
+    "--timeout": _float("dist.timeout_s", "S", "collective timeout in seconds"),
     "--out": _value("out", "DIR", "run directory (default runs/<workload>-<time>)"),
     "--overwrite": _switch("overwrite", "replace an existing run directory"),
 }
