@@ -645,8 +645,10 @@ def test_each_flags_default_in_its_help_comes_from_the_config_field() -> None:
     checked = 0
     for flag, (dest, kwargs) in RUN_FLAGS.items():
         value = field_default(dest)
-        if value is None or isinstance(value, (list, tuple, dict)) or not isinstance(
-            value, (str, int, float, bool)
+        if (
+            value is None
+            or isinstance(value, (list, tuple, dict))
+            or not isinstance(value, (str, int, float, bool))
         ):
             continue
         shown = ("on" if value else "off") if isinstance(value, bool) else str(value)
