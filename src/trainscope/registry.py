@@ -273,6 +273,10 @@ class WorkloadEntry:
     recipe: str | None = None
     """``(options) -> Recipe | None``: its default recipe (:mod:`trainscope.recipes`);
     None: the generic defaults."""
+    arch: str | None = None
+    """``(model, name, sample_shape) -> Arch | None``: its built model read as the
+    memory estimator's architecture (:mod:`trainscope.estimate.workload`); None: the
+    estimate counts its model states and plans no activations."""
 
 
 _WORKLOADS: dict[str, WorkloadEntry] = {}
@@ -643,8 +647,14 @@ _RECORD_ONLY["doctor"] = "trainscope.reports.study_doctor:doctor_sections"
 
 
 _W = "trainscope.workloads"
+_E = "trainscope.estimate.workload"
 for _workload in (
-    WorkloadEntry("digits", f"{_W}.builtin:digits", recipe="trainscope.recipes:digits_recipe"),
+    WorkloadEntry(
+        "digits",
+        f"{_W}.builtin:digits",
+        recipe="trainscope.recipes:digits_recipe",
+        arch=f"{_E}:lenet_arch",
+    ),
     WorkloadEntry(
         "mnist",
         f"{_W}.builtin:mnist",
@@ -660,6 +670,7 @@ for _workload in (
         options=f"{_W}.gpt:check_options",
         layout=f"{_W}.gpt:layout",
         recipe="trainscope.recipes:gpt_char_recipe",
+        arch=f"{_E}:gpt_arch",
     ),
     WorkloadEntry(
         "text-cls",
@@ -667,6 +678,7 @@ for _workload in (
         options=f"{_W}.text_cls:parse_options",
         layout=f"{_W}.text_cls:layout",
         recipe="trainscope.recipes:text_cls_recipe",
+        arch=f"{_E}:bert_arch",
     ),
 ):
     register_workload(_workload)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainscope import registry
 from trainscope.config import WorkloadConfig
 from trainscope.estimate.archs import Arch
 from trainscope.estimate.states import ModelCounts
@@ -53,30 +54,43 @@ def model_counts(model: Any) -> ModelCounts:
 
 
 def model_arch(model: Any, name: str, sample_shape: tuple[int, ...] | None = None) -> Arch | None:
-    """The architecture of a built model, or None for one no plan knows."""
+    """The architecture of a built model, or None for one no plan knows: each registered
+    workload's ``arch`` reader is asked in turn (a user's factory that returns trainscope's
+    GPT is read as gpt-char's is)."""
+    for entry in registry.WORKLOADS.values():
+        if entry.arch is not None:
+            arch = registry.load(entry.arch)(model, name, sample_shape)
+            if arch is not None:
+                return arch
+    return None
+
+
+def gpt_arch(model: Any, name: str, sample_shape: tuple[int, ...] | None = None) -> Arch | None:
+    """trainscope's GPT (gpt-char's registry ``arch``)."""
     from trainscope.workloads.gpt import GPT
+
+    if not isinstance(model, GPT):
+        return None
+    c = model.config
+    return Arch(
+        name, "gpt", layers=c.n_layer, hidden=c.n_embd, heads=c.n_head, vocab=c.vocab_size,
+        positions=c.block_size, ffn=4 * c.n_embd, bias=c.bias, dropout=c.dropout,
+        attn_dropout=c.dropout,
+    )  # fmt: skip
+
+
+def lenet_arch(model: Any, name: str, sample_shape: tuple[int, ...] | None = None) -> Arch | None:
+    """LeNet5 on images of ``sample_shape`` (the image workloads' ``arch``)."""
     from trainscope.workloads.lenet import LeNet5
 
-    if isinstance(model, GPT):
-        c = model.config
-        return Arch(
-            name,
-            "gpt",
-            layers=c.n_layer,
-            hidden=c.n_embd,
-            heads=c.n_head,
-            vocab=c.vocab_size,
-            positions=c.block_size,
-            ffn=4 * c.n_embd,
-            bias=c.bias,
-            dropout=c.dropout,
-            attn_dropout=c.dropout,
-        )
-    if isinstance(model, LeNet5) and sample_shape is not None and len(sample_shape) == 3:
-        head = model.blocks[2][-1]
-        return Arch(
-            name, "lenet", layers=3, image=tuple(sample_shape), num_classes=head.out_features
-        )
+    if not isinstance(model, LeNet5) or sample_shape is None or len(sample_shape) != 3:
+        return None
+    head = model.blocks[2][-1]
+    return Arch(name, "lenet", layers=3, image=tuple(sample_shape), num_classes=head.out_features)
+
+
+def bert_arch(model: Any, name: str, sample_shape: tuple[int, ...] | None = None) -> Arch | None:
+    """A transformers BERT or RoBERTa classifier, LoRA-wrapped or not (text-cls's)."""
     net = getattr(model, "net", None)
     base = net.get_base_model() if hasattr(net, "get_base_model") else net
     config = getattr(base, "config", None)
@@ -104,10 +118,10 @@ def model_arch(model: Any, name: str, sample_shape: tuple[int, ...] | None = Non
 def describe_workload(workload: Any, cfg: WorkloadConfig) -> WorkloadModel:
     """Counts and architecture of an already built :class:`~trainscope.workloads.base.Workload`."""
     model = workload.model
-    sample = None
-    if cfg.name in ("digits", "mnist", "synthetic"):
-        x, _ = workload.train_set[0]
-        sample = tuple(x.shape)
+    # an image workload's sample shape (C, H, W), read from its first sample
+    first = workload.train_set[0] if len(workload.train_set) else None
+    x = first[0] if isinstance(first, (tuple, list)) and first else None
+    sample = tuple(x.shape) if getattr(x, "ndim", None) == 3 else None
     arch = model_arch(model, cfg.name, sample)
     counts = model_counts(model)
     notes = []
