@@ -109,3 +109,28 @@ def test_a_resumed_chapter_reruns_nothing_that_is_there(
     monkeypatch.setattr(chapter_dp, "_run_script", again)
     chapter_dp.make(MakeContext(folder, True, None, lambda argv: 0))
     assert again.calls == []
+
+
+@pytest.mark.skipif(not EXAMPLES.is_dir(), reason="needs examples/dp_ddp of the checkout")
+def test_a_lab_folder_given_relative_runs_its_scripts_by_absolute_paths(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, load_rule: None
+) -> None:
+    """The scripts run with the chapter's folder as their working directory: with the
+    README's ``--out runs/lab`` their paths were relative to it twice (chapter 4 failed)."""
+    monkeypatch.chdir(tmp_path)
+    planted = Planted({})
+    seen: list[list[str]] = []
+
+    def run(ctx: MakeContext, argv: list[str], log: Path) -> float:
+        seen.append(argv)
+        return planted(ctx, argv, log)
+
+    monkeypatch.setattr(chapter_dp, "examples_dir", lambda: EXAMPLES)
+    monkeypatch.setattr(chapter_dp, "_run_script", run)
+    monkeypatch.setitem(chapter_dp.BUDGET, True, ("8", 3))
+    chapter_dp.make(MakeContext(Path("runs/lab/04-dp-ddp"), True, None, lambda argv: 0))
+    assert seen
+    for argv in seen:
+        script, record = Path(argv[1]), Path(argv[argv.index("--json") + 1])
+        assert script.is_absolute() and script.is_file()
+        assert record.is_absolute() and record.parent == tmp_path / "runs/lab/04-dp-ddp"

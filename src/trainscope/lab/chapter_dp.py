@@ -82,8 +82,11 @@ def _repeat(ctx: MakeContext, script: str, k: int, steps: str) -> None:
     record = ctx.folder / f"{script}-r{k}.json"
     if record.is_file():
         return
-    argv = [sys.executable, str(ctx.folder / "scripts" / f"{script}.py"), "--steps", steps,
-            "--json", str(record)]  # fmt: skip
+    # Absolute: the script runs with the chapter's folder as its working directory, where
+    # a relative path (lab --out runs/lab, the README's) would name a folder inside itself.
+    folder = ctx.folder.absolute()
+    argv = [sys.executable, str(folder / "scripts" / f"{script}.py"), "--steps", steps,
+            "--json", str(folder / record.name)]  # fmt: skip
     other = _run_script(ctx, argv, ctx.folder / f"{script}-r{k}.log")
     _add_load(record, other)
 
