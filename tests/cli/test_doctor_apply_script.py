@@ -8,35 +8,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.script.helpers import profile, write
+from tests.script.helpers import profile, write_slow_data
 from trainscope.cli import main
 from trainscope.records.study_dir import load_study
-
-# Input-bound by construction: each batch of 8 takes 8 x 4 ms to load in the main
-# process, waiting, the model's step well under a millisecond; 100 batches, so that the
-# process's start (imports, which compute) is a small part of the cores it used and the
-# doctor sees loading that waits (and proposes as many workers as keep up).
-SLOW_DATA = """
-import time, torch
-from torch.utils.data import DataLoader, Dataset
-class Slow(Dataset):
-    def __len__(self): return 8 * 100
-    def __getitem__(self, i):
-        time.sleep(0.004)
-        return torch.randn(8), torch.tensor(i % 2)
-torch.manual_seed(0)
-model = torch.nn.Linear(8, 2)
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-for x, y in DataLoader(Slow(), batch_size=8):
-    torch.nn.functional.cross_entropy(model(x), y).backward()
-    opt.step(); opt.zero_grad()
-"""
 
 
 @pytest.fixture
 def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(tmp_path)
-    write(tmp_path, "slow_data.py", SLOW_DATA)
+    # Input-bound by construction: each batch of 8 takes 8 x 4 ms to load in the main
+    # process, waiting, the model's step well under a millisecond; 100 batches, so that the
+    # process's start (imports, which compute) is a small part of the cores it used and the
+    # doctor sees loading that waits (and proposes as many workers as keep up).
+    write_slow_data(tmp_path, "slow_data.py", batches=100, sleep=0.004)
     assert profile("-q", "--out", "run", "--threads", "1", "--", "slow_data.py") == 0
     return tmp_path / "run"
 
@@ -86,7 +70,8 @@ def test_apply_on_a_script_run_needs_trust_in_the_command_the_record_names(
 def test_apply_refuses_a_script_changed_since_it_was_profiled(
     run: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    (run.parent / "slow_data.py").write_text(SLOW_DATA + "print('changed')\n")
+    script = run.parent / "slow_data.py"
+    script.write_text(script.read_text() + "print('changed')\n")
     capsys.readouterr()
     args = ["doctor", "--apply", "--trust-record-code", "--out", str(run.parent / "s"), str(run)]
     assert main(args) == 2

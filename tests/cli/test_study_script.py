@@ -8,32 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.script.helpers import write
+from tests.script.helpers import write_slow_data
 from trainscope.cli import main
 from trainscope.records.study_dir import load_study
-
-# Loading waits (8 x 3 ms a batch in the main process); the model's step is tiny.
-SLOW_DATA = """
-import sys, time, torch
-from torch.utils.data import DataLoader, Dataset
-class Slow(Dataset):
-    def __len__(self): return 8 * 200
-    def __getitem__(self, i):
-        time.sleep(0.003)
-        return torch.randn(8), torch.tensor(i % 2)
-torch.manual_seed(int(sys.argv[1]) if len(sys.argv) > 1 else 0)
-model = torch.nn.Linear(8, 2)
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-for x, y in DataLoader(Slow(), batch_size=8):
-    torch.nn.functional.cross_entropy(model(x), y).backward()
-    opt.step(); opt.zero_grad()
-"""
 
 
 @pytest.fixture
 def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(tmp_path)
-    write(tmp_path, "slow.py", SLOW_DATA)
+    write_slow_data(tmp_path, "slow.py", batches=200, sleep=0.003)  # 8 x 3 ms a batch
     return tmp_path
 
 

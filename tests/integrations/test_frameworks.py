@@ -39,23 +39,34 @@ def assert_same_figures(integration: dict[str, Any], profiled: dict[str, Any]) -
     assert set(integration["stages_s"]) == set(profiled["stages_s"])
 
 
+def both_ways(
+    example: str, args: list[str], cwd: Path, timeout_s: float
+) -> tuple[dict[str, Any], str]:
+    """``example`` run once with its integration (the record in ``integration``) and once
+    under ``trainscope profile`` (in ``profiled``), both completed and agreeing on the
+    exact figures and every logged loss: the integration's record, and what the
+    integration run printed."""
+    script = str(EXAMPLES / example)
+    done = run([sys.executable, script, *args, "--trainscope-out", "integration"], cwd, timeout_s)
+    assert done.returncode == 0, done.stderr[-3000:]
+    profiled = run([*trainscope_command(), "profile", "-q", "--out", "profiled", "--", script,
+                    *args], cwd, timeout_s)  # fmt: skip
+    assert profiled.returncode == 0, profiled.stderr[-3000:]
+    a, b = summary(cwd / "integration"), summary(cwd / "profiled")
+    assert_same_figures(a, b)
+    assert losses(cwd / "integration") == losses(cwd / "profiled")
+    return a, done.stdout
+
+
 @pytest.mark.slow
 @requires("lightning")
 def test_the_lightning_profiler_and_callback_write_the_record_profile_writes(
     tmp_path: Path,
 ) -> None:
-    script = str(EXAMPLES / "lightning_fit.py")
     args = ["--epochs", "2", "--out", "lightning"]
-    done = run([sys.executable, script, *args, "--trainscope-out", "integration"], tmp_path, 150)
-    assert done.returncode == 0, done.stderr[-3000:]
-    profiled = run([*trainscope_command(), "profile", "-q", "--out", "profiled", "--", script,
-                    *args], tmp_path, 150)  # fmt: skip
-    assert profiled.returncode == 0, profiled.stderr[-3000:]
-    a, b = summary(tmp_path / "integration"), summary(tmp_path / "profiled")
-    assert_same_figures(a, b)
-    assert a["steps"] == library_steps(done.stdout)  # trainer.global_step
+    a, printed = both_ways("lightning_fit.py", args, tmp_path, 150)
+    assert a["steps"] == library_steps(printed)  # trainer.global_step
     assert a["source"]["kind"] == "lightning"
-    assert losses(tmp_path / "integration") == losses(tmp_path / "profiled")
     for stage in ("data_wait", "forward", "backward", "optimizer", "evaluation", "checkpoint"):
         assert a["stages_s"][stage] > 0, stage  # each from Lightning's actions or the callback
     # read as any record is
@@ -72,20 +83,12 @@ def test_the_hf_callback_writes_the_record_profile_writes(
 ) -> None:
     if not (shared_data / "minilm-l6" / "model.safetensors").is_file():
         pytest.skip("shared minilm-l6 not present")
-    script = str(EXAMPLES / "hf_trainer.py")
     args = ["--steps", "4", "--eval-every", "2", "--batch-size", "8", "--eval-rows", "16",
             "--model", str(shared_data / "minilm-l6"), "--data", str(shared_data / "sst2"),
             "--out", "hf"]  # fmt: skip
-    done = run([sys.executable, script, *args, "--trainscope-out", "integration"], tmp_path, 170)
-    assert done.returncode == 0, done.stderr[-3000:]
-    profiled = run([*trainscope_command(), "profile", "-q", "--out", "profiled", "--", script,
-                    *args], tmp_path, 170)  # fmt: skip
-    assert profiled.returncode == 0, profiled.stderr[-3000:]
-    a, b = summary(tmp_path / "integration"), summary(tmp_path / "profiled")
-    assert_same_figures(a, b)
-    assert a["steps"] == library_steps(done.stdout) == 4
+    a, printed = both_ways("hf_trainer.py", args, tmp_path, 170)
+    assert a["steps"] == library_steps(printed) == 4
     assert a["source"]["kind"] == "hf" and a["samples"] == 4 * 8
-    assert losses(tmp_path / "integration") == losses(tmp_path / "profiled")
     for stage in ("forward", "backward", "optimizer", "evaluation", "checkpoint"):
         assert a["stages_s"][stage] > 0, stage
     assert a["stages_s"]["data_wait"] == 0  # not told: said in the record

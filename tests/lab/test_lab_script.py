@@ -8,26 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.script.helpers import write
+from tests.script.helpers import write_slow_data
 from trainscope.cli import main
 from trainscope.lab.chapters import CHAPTERS
 from trainscope.lab.script_chapters import SCRIPT_CHAPTERS, script_chapters
-
-SCRIPT = """
-import sys, time, torch
-from torch.utils.data import DataLoader, Dataset
-class Slow(Dataset):
-    def __len__(self): return 8 * 100
-    def __getitem__(self, i):
-        time.sleep(0.002)
-        return torch.randn(8), torch.tensor(i % 2)
-torch.manual_seed(int(sys.argv[1]))
-model = torch.nn.Linear(8, 2)
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-for x, y in DataLoader(Slow(), batch_size=8):
-    torch.nn.functional.cross_entropy(model(x), y).backward()
-    opt.step(); opt.zero_grad()
-"""
 
 
 def test_every_chapter_is_either_a_study_of_the_script_or_said_to_need_the_workloads() -> None:
@@ -46,7 +30,7 @@ def test_a_quick_lab_of_a_script_measures_its_chapters_on_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    write(tmp_path, "train.py", SCRIPT)
+    write_slow_data(tmp_path, "train.py", batches=100, sleep=0.002)
     # the workers chapter at its smallest: one run of each of two worker counts
     small = ("loader", "workers?", ("--iter-workers", "0,2", "--repeats", "1", "--no-warmup",
                                     "--steps", "6"), ())  # fmt: skip
@@ -68,7 +52,7 @@ def test_a_quick_lab_of_a_script_measures_its_chapters_on_it(
     assert "This chapter is not measured in a lab of a script" in md
     assert "Your script under each setting" in md
     # the same folder, another script: refused, nothing changed
-    write(tmp_path, "other.py", SCRIPT)
+    write_slow_data(tmp_path, "other.py", batches=100, sleep=0.002)
     capsys.readouterr()
     assert main(["lab", "--quick", "--only", "1,5", "--out", "lab", "--", "other.py", "3"]) == 2
     assert "was made of the command train.py 3" in capsys.readouterr().err

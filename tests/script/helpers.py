@@ -81,6 +81,38 @@ def write(folder: Path, name: str, text: str) -> Path:
     return path
 
 
+# A script whose loading waits (``sleep`` s an item, 8 items a batch, in the main process)
+# while the model's step is tiny: input-bound until a loader setting changes. Seeded by
+# its first argument, 0 without one.
+SLOW_DATA = """
+import sys, time, torch
+from torch.utils.data import DataLoader, Dataset
+class Slow(Dataset):
+    def __len__(self): return 8 * {batches}
+    def __getitem__(self, i):
+        time.sleep({sleep})
+        return torch.randn(8), torch.tensor(i % 2)
+torch.manual_seed(int(sys.argv[1]) if len(sys.argv) > 1 else 0)
+model = torch.nn.Linear(8, 2)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in DataLoader(Slow(), batch_size=8):
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    opt.step(); opt.zero_grad()
+"""
+
+
+def write_slow_data(folder: Path, name: str, *, batches: int, sleep: float) -> Path:
+    """:data:`SLOW_DATA` written as ``folder/name``: ``batches`` batches of 8, each item
+    ``sleep`` seconds to load."""
+    return write(folder, name, SLOW_DATA.format(batches=batches, sleep=sleep))
+
+
+def printed(out: str, word: str) -> list[list[str]]:
+    """The words after ``word`` on each line of ``out`` that starts with it (what a
+    script the tests wrote printed about itself)."""
+    return [line.split()[1:] for line in out.splitlines() if line.startswith(word + " ")]
+
+
 def profile(*argv: str, cwd: Path | None = None, monkeypatch: Any = None) -> int:
     """``trainscope profile ARGV`` in this process (``cwd``: the folder it runs in)."""
     if cwd is not None and monkeypatch is not None:

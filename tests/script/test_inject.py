@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.script.helpers import profile, summary, write
+from tests.script.helpers import printed, profile, summary, write, write_slow_data
 from trainscope.cli import main
 from trainscope.errors import ConfigError
 from trainscope.injections import INJECTIONS, as_arguments, parse_injections
@@ -33,16 +33,6 @@ for x, y in train:
     opt.step(); opt.zero_grad()
 print("threads", torch.get_num_threads())
 """
-
-
-@pytest.fixture
-def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
-def printed(out: str, word: str) -> list[list[str]]:
-    return [line.split()[1:] for line in out.splitlines() if line.startswith(word + " ")]
 
 
 def test_loader_keys_reach_every_dataloader_and_its_own_values_are_recorded(
@@ -174,24 +164,7 @@ def test_the_doctor_states_an_injectable_fix_as_the_profile_command_that_applies
 ) -> None:
     """An input-bound script: the doctor's fix is the same script re-profiled with
     --inject num_workers=N, from the folder it ran in, and that command runs."""
-    script = write(
-        here,
-        "slow_data.py",
-        """
-        import time, torch
-        from torch.utils.data import DataLoader, Dataset
-        class Slow(Dataset):
-            def __len__(self): return 128
-            def __getitem__(self, i):
-                time.sleep(0.002)
-                return torch.randn(8), torch.tensor(i % 2)
-        model = torch.nn.Linear(8, 2)
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        for x, y in DataLoader(Slow(), batch_size=8):
-            torch.nn.functional.cross_entropy(model(x), y).backward()
-            opt.step(); opt.zero_grad()
-        """,
-    )
+    script = write_slow_data(here, "slow_data.py", batches=16, sleep=0.002)
     assert profile("-q", "--out", "run", "--", script.name) == 0
     capsys.readouterr()
     assert main(["doctor", "--json", str(here / "run")]) == 0

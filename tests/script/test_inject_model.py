@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.script.helpers import profile, summary, write
+from tests.script.helpers import printed, profile, summary, write
 from trainscope.cli import main
 from trainscope.script.profile import profile as profile_block
 
@@ -56,16 +56,6 @@ print("fused", opt.defaults["fused"], opt.defaults["foreach"])
 print("matmul", torch.get_float32_matmul_precision())
 print("cudnn", torch.backends.cudnn.benchmark)
 """
-
-
-@pytest.fixture
-def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
-def printed(out: str, word: str) -> list[list[str]]:
-    return [line.split()[1:] for line in out.splitlines() if line.startswith(word + " ")]
 
 
 def test_bf16_autocasts_the_training_forward_and_the_loss_not_the_evaluation(

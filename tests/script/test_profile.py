@@ -33,12 +33,6 @@ print("ran as", __name__, sys.argv[1:])
 """
 
 
-@pytest.fixture
-def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
 def test_planted_stage_times_are_found_where_they_were_planted(here: Path) -> None:
     script = write(here, "planted.py", PLANTED.format(**PLANTED_S))
     assert profile("-q", "--out", "run", "--", str(script)) == 0
