@@ -113,6 +113,36 @@ def test_a_registered_strategy_is_listed_checked_and_built(toy, capsys, monkeypa
         from_dict({"dist": {"strategy": "nope"}})
 
 
+def test_a_strategys_options_are_declared_once_for_config_flags_and_help(
+    toy, capsys, monkeypatch
+) -> None:
+    """An option's flag, kind, choices and help live in its declaration: a toy strategy
+    that takes a pipeline option gets it checked, offered and explained with nothing else
+    edited; an option nobody declared, or of a kind the config cannot check, is refused."""
+    monkeypatch.setenv("COLUMNS", "200")
+    toy_entry = registry.STRATEGIES["toy-sync"]
+    registry.register_strategy(
+        dataclasses.replace(toy_entry, options=("dist.bucket_mb", "dist.pp_schedule"))
+    )
+    text = _help(capsys, "run")
+    assert ("--pp-schedule NAME pipeline, toy-sync: the schedule" in text
+            and "(gpipe | 1f1b | interleaved-1f1b; default 1f1b)" in text)  # fmt: skip
+    assert "--bucket-mb MB ddp, allreduce, toy-sync: gradient buckets" in text
+    cfg = from_dict({"dist": {"strategy": "toy-sync", "nproc": 2, "pp_schedule": "gpipe"}})
+    assert cfg.dist.pp_schedule == "gpipe"
+    with pytest.raises(ConfigError, match="unknown pp_schedule 'zigzag': choose one of gpipe"):
+        from_dict({"dist": {"strategy": "toy-sync", "nproc": 2, "pp_schedule": "zigzag"}})
+    with pytest.raises(ConfigError, match="pp_schedule applies to strategy pipeline or toy-sync"):
+        from_dict({"dist": {"strategy": "ddp", "nproc": 2, "pp_schedule": "gpipe"}})
+    with pytest.raises(ValueError, match="option dist.nope is not declared"):
+        registry.register_strategy(registry.StrategyEntry(
+            "toy-2", "toy_ext:ToySync", True, "x", options=("dist.nope",)))  # fmt: skip
+    assert "toy-2" not in registry.STRATEGIES
+    with pytest.raises(ValueError, match="kind 'fraction' is not one of"):
+        registry.register_option(registry.StrategyOption("dist.nope", "--nope", "fraction", "x"))
+    assert "dist.nope" not in registry.OPTIONS
+
+
 def test_a_registered_strategy_is_planned_reported_and_has_a_no_model_note(
     toy, tmp_path, capsys, monkeypatch
 ) -> None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainscope.cli.flags import RUN_FLAGS
+from trainscope.cli.flags import run_flags
 from trainscope.config import (
     RunConfig,
     deletion_only_from_command_line,
@@ -53,7 +53,7 @@ class RunResult:
 
 def _flag_keys() -> dict[str, str]:
     """Keyword name (``batch_size``) -> dotted config key, from the CLI's own flags."""
-    return {flag[2:].replace("-", "_"): dest for flag, (dest, _) in RUN_FLAGS.items()}
+    return {flag[2:].replace("-", "_"): dest for flag, (dest, _) in run_flags().items()}
 
 
 def settings_to_overrides(settings: dict[str, Any], extra: dict[str, Any] | None = None) -> dict:

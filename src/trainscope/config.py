@@ -73,12 +73,13 @@ MAX_THREADS = 4096  # intra-op threads per process: far above any CPU's core cou
 # none). torchrun puts 1 there otherwise, which says nothing about what the user wanted.
 USER_OMP_ENV = "TRAINSCOPE_USER_OMP_NUM_THREADS"
 MAX_BUCKET_MB = 1024.0 * 1024.0  # 1 TiB: larger is one bucket for any model anyway
-PP_SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
+PP_SCHEDULES = registry.OPTIONS["dist.pp_schedule"].choices
 """``--pp-schedule``: torch.distributed.pipelining's ScheduleGPipe, Schedule1F1B and
 ScheduleInterleaved1F1B (two stages per rank)."""
-PP_SPLITS = ("even", "measured")
+PP_SPLITS = registry.OPTIONS["dist.pp_split"].choices
 """``--pp-split``: how the blocks are shared out among the stages."""
 MAX_MICROBATCHES = 4096  # beyond any batch a pipeline step splits; bounds the schedule's lists
+MAX_SPLIT = MAX_MICROBATCHES  # a count option's bound (stages, replicas, microbatches)
 # Learning rates: far above any that trains (one of 100 diverges any model in a step), and
 # far below what overflows float32 inside torch's update (1e300 surfaced as torch's
 # "value cannot be converted to type float without overflow" at the first step).
@@ -540,10 +541,7 @@ class DistConfig:
                 "or rdzv_endpoint"
             )
         need_number("timeout_s", self.timeout_s, low=MIN_DIST_TIMEOUT_S, high=MAX_DIST_TIMEOUT_S)
-        if self.bucket_mb is not None:
-            need_number("bucket_mb", self.bucket_mb, low=0.0, low_open=True, high=MAX_BUCKET_MB)
         self._check_strategy_options()
-        self._check_pipeline()
         need_integer("max_restarts", self.max_restarts)
         need_number("max_restarts", self.max_restarts, low=0, high=1000)
         need_number(
@@ -555,54 +553,54 @@ class DistConfig:
         )
 
     def _check_strategy_options(self) -> None:
-        """A ``dist.*`` key that only some strategies take is refused for the others
-        (``bucket_mb``: the gradient buckets of ddp and of the hand-written allreduce)."""
+        """Each option some strategy takes (:data:`trainscope.registry.OPTIONS`), checked as
+        its kind says; one the chosen strategy does not take is refused."""
         mine = registry.STRATEGIES[self.strategy].options
+        replicas = 1
         for key in registry.strategy_options():
             short = key.removeprefix("dist.")
-            if key in mine or getattr(self, short, None) is None:
-                continue
-            owners = [n for n, e in registry.STRATEGIES.items() if key in e.options]
-            raise ConfigError(
-                f"{short} applies to strategy {' or '.join(owners)}, not {self.strategy}"
-            )
-
-    def _check_pipeline(self) -> None:
-        """The pipeline's own settings, and that its stages fill the run's processes."""
-        if self.pp_schedule is not None:
-            need_choice("pp_schedule", self.pp_schedule, PP_SCHEDULES)
-        if self.pp_split is not None:
-            need_choice("pp_split", self.pp_split, PP_SPLITS)
-        if self.sequence_parallel is not None and not isinstance(self.sequence_parallel, bool):
-            raise ConfigError(
-                f"sequence_parallel must be true or false, got {show(self.sequence_parallel)}"
-            )
-        if self.microbatches is not None:
-            need_positive("microbatches", self.microbatches, MAX_MICROBATCHES)
-        dp = 1
-        if self.dp_size is not None:
-            need_positive("dp_size", self.dp_size, MAX_MICROBATCHES)
-            dp = self.dp_size
-            if self.world_size % dp:
-                raise ConfigError(
-                    f"--dp-size {dp} does not divide the {self.world_size} processes "
-                    "(nproc x nnodes)"
-                )
-        for key, flag in (("tp_size", "--tp-size"), ("pp_stages", "--pp-stages")):
-            value = getattr(self, key)
+            value = getattr(self, short, None)
             if value is None:
                 continue
-            need_positive(key, value, MAX_MICROBATCHES)
-            if value * dp != self.world_size:
+            if key not in mine:
+                owners = registry.option_owners(key)
                 raise ConfigError(
-                    f"{flag} {value} x {dp} data-parallel replica(s) = {value * dp} processes; "
-                    f"this run has nproc x nnodes = {self.world_size}"
+                    f"{short} applies to strategy {' or '.join(owners)}, not {self.strategy}"
+                )
+            option = registry.OPTIONS[key]
+            _check_option_value(option, short, value)
+            if option.kind == "replicas":
+                replicas = value
+                if self.world_size % value:
+                    raise ConfigError(
+                        f"{option.flag} {value} does not divide the {self.world_size} "
+                        "processes (nproc x nnodes)"
+                    )
+        for key in mine:
+            option, value = registry.OPTIONS[key], getattr(self, key.removeprefix("dist."))
+            if option.kind == "split" and value is not None and value * replicas != self.world_size:
+                raise ConfigError(
+                    f"{option.flag} {value} x {replicas} data-parallel replica(s) = "
+                    f"{value * replicas} processes; this run has nproc x nnodes = "
+                    f"{self.world_size}"
                 )
 
     @property
     def world_size(self) -> int:
         """Processes in all: nproc x nnodes."""
         return self.nproc * self.nnodes
+
+
+def _check_option_value(option: registry.StrategyOption, name: str, value: Any) -> None:
+    """One strategy option's value, as its kind says (ConfigError otherwise)."""
+    if option.kind in ("count", "split", "replicas"):
+        need_positive(name, value, MAX_SPLIT)
+    elif option.kind == "mib":
+        need_number(name, value, low=0.0, low_open=True, high=MAX_BUCKET_MB)
+    elif option.kind == "switch" and not isinstance(value, bool):
+        raise ConfigError(f"{name} must be true or false, got {show(value)}")
+    elif option.kind == "choice":
+        need_choice(name, value, option.choices)
 
 
 @dataclass

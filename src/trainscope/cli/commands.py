@@ -23,11 +23,11 @@ from trainscope import registry
 from trainscope.cli.doctor import add_parser as add_doctor_parser
 from trainscope.cli.flags import (
     FLAG_GROUPS,
-    RUN_FLAGS,
     flag_group,
     flag_help,
     refuse_muon_flags_without_muon,
     refuse_what_the_study_sets,
+    run_flags,
 )
 from trainscope.cli.lab import add_parser as add_lab_parser
 from trainscope.cli.profile import add_parser as add_profile_parser
@@ -154,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_run_flags(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
     p.add_argument("--config", metavar="YAML", help="config file (e.g. a saved run's config.yaml)")
     groups = {title: p.add_argument_group(title) for title, _ in FLAG_GROUPS}
-    for flag, (dest, kwargs) in RUN_FLAGS.items():
+    for flag, (dest, kwargs) in run_flags().items():
         if flag not in skip:
             group = groups.get(flag_group(dest)) or p
             kwargs = {**kwargs, "help": flag_help(dest, kwargs)}  # its default from the config
@@ -226,7 +226,7 @@ _EXPONENT_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+")
 
 def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The dotted config overrides a user typed (flags and --set)."""
-    out = {dest: getattr(args, dest) for dest, _ in RUN_FLAGS.values() if hasattr(args, dest)}
+    out = {dest: getattr(args, dest) for dest, _ in run_flags().values() if hasattr(args, dest)}
     for item in args.sets:
         key, sep, raw = item.partition("=")
         if not sep or not key:

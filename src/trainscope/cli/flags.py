@@ -276,39 +276,6 @@ RUN_FLAGS: dict[str, Flag] = {
         "resume when started again with the same --out",
     ),
     "--scale-lr": _on_off("dist.scale_lr", "lr x world size (linear scaling)"),
-    "--bucket-mb": _float(
-        "dist.bucket_mb",
-        "MB",
-        "gradient buckets of at most MB MiB: ddp's bucket_cap_mb (default 25, the first "
-        "1); allreduce flattens into them, one all_reduce each (default: one per tensor)",
-    ),
-    "--dp-size": _int(
-        "dist.dp_size",
-        "D",
-        "pipeline, tp: data-parallel replicas of the split model (default 1); the processes "
-        "are D x stages (or D x tp-size)",
-    ),
-    "--tp-size": _int(
-        "dist.tp_size", "T", "tp: processes each block is split over (default: all of them)"
-    ),
-    "--sequence-parallel": _switch(
-        "dist.sequence_parallel",
-        "tp: norms and residual stream on each process's share of the sequence",
-    ),
-    "--pp-stages": _int(
-        "dist.pp_stages", "S", "pipeline: stages, one per process (default: all of them)"
-    ),
-    "--microbatches": _int(
-        "dist.microbatches", "M", "pipeline: microbatches per batch, dividing it (default 4)"
-    ),
-    "--pp-schedule": _value(
-        "dist.pp_schedule", "NAME", "pipeline: gpipe | 1f1b | interleaved-1f1b (default 1f1b)"
-    ),
-    "--pp-split": _value(
-        "dist.pp_split",
-        "HOW",
-        "pipeline: blocks per stage: even (default) | measured (by each block's timed cost)",
-    ),
     "--stall-timeout": _float(
         "dist.stall_timeout_s",
         "S",
@@ -324,6 +291,26 @@ RUN_FLAGS: dict[str, Flag] = {
     "--out": _value("out", "DIR", "run directory (default runs/<workload>-<time>)"),
     "--overwrite": _switch("overwrite", "replace an existing run directory"),
 }
+
+
+def _option_flag(option: registry.StrategyOption) -> Flag:
+    """A strategy option's flag, from its registry declaration; its help names the
+    strategies that take it when ``run --help`` is shown."""
+
+    def help() -> str:
+        return option.help_text(registry.option_owners(option.key))
+
+    if option.kind == "switch":
+        return option.key, {"action": "store_true", "help": help}
+    kind = {"mib": float, "choice": None}.get(option.kind, int)
+    return _value(option.key, option.metavar, help, kind)
+
+
+def run_flags() -> dict[str, Flag]:
+    """Every flag of ``trainscope run``: :data:`RUN_FLAGS` and the options the registered
+    strategies take (:data:`trainscope.registry.OPTIONS`, in registration order)."""
+    options = {o.flag: _option_flag(o) for o in registry.OPTIONS.values()}
+    return {**RUN_FLAGS, **options}
 
 
 # The groups `run --help` shows the flags in, by the config key they set (first match).
@@ -349,7 +336,7 @@ def flag_group(dest: str) -> str:
 
 def flag_of(key: str) -> str:
     """The run flag that sets config key ``key`` (the key itself where none does)."""
-    return next((f for f, (dest, _) in RUN_FLAGS.items() if dest == key), key)
+    return next((f for f, (dest, _) in run_flags().items() if dest == key), key)
 
 
 def refuse_muon_flags_without_muon(cfg: Any, overrides: dict[str, Any]) -> None:

@@ -13,7 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from trainscope.cli.flags import RUN_FLAGS, refuse_muon_flags_without_muon
+from trainscope.cli.flags import refuse_muon_flags_without_muon
+from trainscope.cli.flags import run_flags as every_run_flag
 from trainscope.config import resolve
 from trainscope.errors import ConfigError
 from trainscope.version import __version__
@@ -70,7 +71,7 @@ def run_flags(overrides: dict[str, Any]) -> list[str]:
     """The ``trainscope run`` arguments that give ``overrides`` (as the flags a user
     would type, ``--flag=value``, or ``--set KEY=VALUE`` in JSON, which YAML reads the
     same)."""
-    by_dest = {dest: (flag, kwargs) for flag, (dest, kwargs) in RUN_FLAGS.items()}
+    by_dest = {dest: (flag, kwargs) for flag, (dest, kwargs) in every_run_flag().items()}
     out: list[str] = []
     for key, value in overrides.items():
         flag, kwargs = by_dest.get(key, (None, {}))

@@ -83,10 +83,10 @@ def script_study_plan(args: argparse.Namespace, entry: Any, overrides: dict[str,
     if entry.script is None:
         raise ConfigError(f"study {entry.name} needs trainscope's own workloads; on a "
                           f"script: {', '.join(script_studies())}")  # fmt: skip
-    from trainscope.cli.flags import RUN_FLAGS
+    from trainscope.cli.flags import run_flags
 
     threads = _threads(overrides)
-    flag_of = {dest: flag for flag, (dest, _) in RUN_FLAGS.items()}
+    flag_of = {dest: flag for flag, (dest, _) in run_flags().items()}
     typed = [k for k in overrides if k not in ("out", "overwrite")]  # the study's own
     given = sorted(flag_of.get(k, f"--set {k}") for k in typed)
     given += ["--config"] if args.config else []

@@ -37,7 +37,6 @@ import torch
 from torch import nn
 
 from trainscope.comm.pipeline import split_even, stages_per_rank, theory_bubble
-from trainscope.config import PP_SCHEDULES
 from trainscope.errors import ConfigError
 from trainscope.strategies.base import Strategy
 from trainscope.strategies.grid import (
@@ -57,7 +56,11 @@ from trainscope.strategies.pipeline_split import (
 )
 from trainscope.workloads.base import pipeline_parts, stage_inputs
 
-SCHEDULES = dict(zip(PP_SCHEDULES, ("ScheduleGPipe", "Schedule1F1B", "ScheduleInterleaved1F1B")))
+SCHEDULES = {
+    "gpipe": "ScheduleGPipe",
+    "1f1b": "Schedule1F1B",
+    "interleaved-1f1b": "ScheduleInterleaved1F1B",
+}
 """``--pp-schedule`` name -> the class in ``torch.distributed.pipelining``."""
 
 
