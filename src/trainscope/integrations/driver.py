@@ -78,7 +78,7 @@ class Driver:
         self.kind = kind
         self.session: ProfileSession | None = None
         self.summary: dict[str, Any] | None = None
-        self._open: list[str] = []
+        self._open: list[tuple[str, bool]] = []  # (stage, timed apart), innermost last
 
     @property
     def hooks(self) -> EventHooks | None:
@@ -106,26 +106,34 @@ class Driver:
     def enter(self, stage: str) -> None:
         """``stage`` begins (nested stages: the clock's rules, as for a script)."""
         hooks = self.hooks
-        if hooks is not None and hooks.clock.enter(stage):
-            self._open.append(stage)
-        elif hooks is not None:
-            self._open.append("")  # not timed apart: its stop is ignored
+        if hooks is not None:
+            # A stage nested where the clock does not time it apart is kept, untimed, so
+            # that its leave is matched and ignored.
+            self._open.append((stage, hooks.clock.enter(stage)))
 
     def leave(self, stage: str) -> None:
-        """``stage`` ends (the last :meth:`enter` of it)."""
+        """``stage`` ends: the innermost open one of that name, and any entered inside it
+        and never left (a framework that skips an end hook on an exception)."""
         hooks = self.hooks
-        if hooks is None or not self._open:
+        if hooks is None or not self.holds(stage):
             return
-        timed = self._open.pop()
-        if timed:
-            hooks.clock.leave(timed)
+        while self._open:
+            name, timed = self._open.pop()
+            if timed:
+                hooks.clock.leave(name)
+            if name == stage:
+                return
+
+    def holds(self, stage: str) -> bool:
+        """``stage`` was entered and not left yet."""
+        return any(name == stage for name, _ in self._open)
 
     def end(self, error: BaseException | None = None) -> dict[str, Any] | None:
         """Close the record: completed, or failed with ``error``. Returns the summary."""
         if self.session is None or self.summary is not None:
             return self.summary
         while self._open:
-            self.leave(self._open[-1])
+            self.leave(self._open[-1][0])
         atexit.unregister(self._at_exit)
         self.summary = self.session.end(error)
         return self.summary

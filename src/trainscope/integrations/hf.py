@@ -85,7 +85,7 @@ class Callback(TrainerCallback):
         self.driver.enter("backward")
 
     def _backward_ends(self) -> None:
-        if "backward" in self.driver._open:  # noqa: SLF001 (the driver's own stack)
+        if self.driver.holds("backward"):
             self.driver.leave("backward")
 
     def on_substep_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -103,7 +103,7 @@ class Callback(TrainerCallback):
             self.driver.enter("checkpoint")
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if "checkpoint" in self.driver._open:  # noqa: SLF001 (the driver's own stack)
+        if self.driver.holds("checkpoint"):
             self.driver.leave("checkpoint")
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
