@@ -312,23 +312,35 @@ def test_a_registered_workload_is_listed_checked_given_its_recipe_and_trained(
     its options are checked before a run, its recipe fills the config, and it trains."""
     from trainscope.workloads import check_options
 
+    monkeypatch.setenv("COLUMNS", "200")  # help wrapped at hyphens would split names
     (tmp_path / "toy_wl.py").write_text(TOY_WORKLOAD)
     monkeypatch.syspath_prepend(str(tmp_path))
+    width = registry.WorkloadOption("width", "--width", "int", "W", "the toy's width")
+    dropout = registry.WorkloadOption("dropout", "--dropout", "float", "P", "unused")
     registry.register_workload(registry.WorkloadEntry(
-        "toy-wl", "toy_wl:make", options="toy_wl:check", recipe="toy_wl:recipe"))  # fmt: skip
+        "toy-wl", "toy_wl:make", options="toy_wl:check", recipe="toy_wl:recipe",
+        flags=(width, dropout)))  # fmt: skip
     try:
         text = _help(capsys, "run")
         assert "text-cls | toy-wl | pkg.module:factory" in text
         assert "toy-wl: toy: SGD lr 0.0123" in text
+        # Its flags: one of its own, one shared (each owner's words).
+        assert "--width W toy-wl: the toy's width" in text
+        assert "--dropout P gpt-char, text-cls: every dropout of the model; toy-wl: unused" in text
+        with pytest.raises(ValueError, match="--width sets width for toy-wl, not depth"):
+            registry.register_workload(registry.WorkloadEntry("toy-2", "toy_wl:make", flags=(
+                registry.WorkloadOption("depth", "--width", "int"),)))  # fmt: skip
         cfg = from_dict({"workload": {"name": "toy-wl"}})
         assert cfg.train.lr == 0.0123
         with pytest.raises(ConfigError, match="toy-wl takes width only"):
             check_options(from_dict({"workload": {"name": "toy-wl",
                                                   "options": {"depth": 2}}}).workload)  # fmt: skip
         out = tmp_path / "run"
-        assert main(["run", "-q", "--workload", "toy-wl", "--epochs", "1",
+        assert main(["run", "-q", "--workload", "toy-wl", "--epochs", "1", "--width", "3",
                      "--max-steps-per-epoch", "2", "--out", str(out)]) == 0  # fmt: skip
         assert json.loads((out / "summary.json").read_text())["status"] == "completed"
+        saved = (out / "config.yaml").read_text()
+        assert "options:\n    width: 3" in saved
     finally:
         registry.unregister_workload("toy-wl")
         sys.modules.pop("toy_wl", None)

@@ -85,6 +85,7 @@ MAX_SPLIT = MAX_MICROBATCHES  # a count option's bound (stages, replicas, microb
 # "value cannot be converted to type float without overflow" at the first step).
 MAX_LR = 100.0
 MUON_ONLY = ("muon_lr", "muon_ns_dtype", "muon_ns_steps")
+MUON_NS_DTYPES = ("auto", "bf16", "fp32")
 """TrainConfig fields only --optimizer muon reads."""
 
 
@@ -354,7 +355,7 @@ class TrainConfig:
         need_choice("optimizer_impl", self.optimizer_impl, OPTIMIZER_IMPLS)
         need_lr("lr", self.lr)
         need_lr("muon_lr", self.muon_lr)
-        need_choice("muon_ns_dtype", self.muon_ns_dtype, ("auto", "bf16", "fp32"))
+        need_choice("muon_ns_dtype", self.muon_ns_dtype, MUON_NS_DTYPES)
         need_integer("muon_ns_steps", self.muon_ns_steps)
         need_number("muon_ns_steps", self.muon_ns_steps, low=1, high=20)
         need_number("momentum", self.momentum, low=0.0)

@@ -11,7 +11,20 @@ import dataclasses
 from typing import Any
 
 from trainscope import registry
-from trainscope.config import MUON_ONLY, SECTIONS  # torch-free
+from trainscope.config import (  # torch-free
+    BACKENDS,
+    CHECKPOINTING_HELP,
+    LOADERS,
+    MUON_NS_DTYPES,
+    MUON_ONLY,
+    OPTIMIZER_IMPLS,
+    OPTIMIZERS,
+    PRECISIONS,
+    SCHEDULES,
+    SECTIONS,
+    SINK_NAMES,
+    TIMING_MODES,
+)
 from trainscope.errors import ConfigError
 
 
@@ -92,6 +105,13 @@ def flag_help(dest: str, kwargs: dict[str, Any]) -> str | None:
     return f"{text} (default {shown})" if text else f"default {shown}"
 
 
+def _choice(dest: str, metavar: str, choices: tuple[str, ...], note: str = "") -> Flag:
+    """A flag that takes one of the config's ``choices`` (its tuple: help cannot list a
+    value the config no longer takes); ``note`` says more about some of them."""
+    text = " | ".join(choices) + (f"; {note}" if note else "")
+    return _value(dest, metavar, text)
+
+
 def _switch(dest: str, help: str) -> Flag:
     """``--x`` alone: true when given."""
     return dest, {"action": "store_true", "help": help}
@@ -116,39 +136,6 @@ RUN_FLAGS: dict[str, Flag] = {
         {"type": int, "nargs": 3, "metavar": ("C", "H", "W")},
     ),
     "--num-classes": _int("workload.num_classes", "N", "synthetic: number of classes"),
-    # Workload options (workload.options.*): each workload checks the ones it knows.
-    "--preset": _value(
-        "workload.options.preset",
-        "NAME",
-        "gpt-char: tiny | cpu (4 x 128, block 64) | shakespeare (6 layers x 384, block 256)",
-    ),
-    "--n-layer": _int("workload.options.n_layer", "N", "gpt-char"),
-    "--n-head": _int("workload.options.n_head", "N", "gpt-char"),
-    "--n-embd": _int("workload.options.n_embd", "N", "gpt-char"),
-    "--block-size": _int("workload.options.block_size", "T", "gpt-char: context length"),
-    "--dropout": _float(
-        "workload.options.dropout", "P", "gpt-char; text-cls: every dropout of the model"
-    ),
-    "--model": _value("workload.options.model", "NAME", "text-cls: bert | roberta"),
-    "--model-size": _value(
-        "workload.options.size", "SIZE", "text-cls: tiny | mini | small | base (random weights)"
-    ),
-    "--pretrained": _value(
-        "workload.options.pretrained",
-        "NAME",
-        "text-cls: a hub model (e.g. bert-base-cased; downloaded once, then cached) or a local "
-        "folder in Hugging Face layout (offline)",
-    ),
-    "--task": _value("workload.options.task", "NAME", "text-cls: SST-2 | RTE"),
-    "--max-length": _int("workload.options.max_length", "N", "text-cls: truncate to N tokens"),
-    "--lora-r": _int("workload.options.lora_r", "R", "text-cls: LoRA rank (0: full fine-tuning)"),
-    "--lora-alpha": _float("workload.options.lora_alpha", "A"),
-    "--lora-targets": _value(
-        "workload.options.lora_targets",
-        "LIST",
-        "text-cls: modules LoRA adapts (default query,value)",
-        _names,
-    ),
     "--batch-size": _int("data.batch_size", "N", "samples per step"),
     "--num-workers": _value(
         "data.num_workers",
@@ -156,7 +143,9 @@ RUN_FLAGS: dict[str, Flag] = {
         "DataLoader workers; auto measures and picks (cached)",
         _workers,
     ),
-    "--loader": _value("data.loader", "KIND", "torch (DataLoader) | fast (tensors on the device)"),
+    "--loader": _choice(
+        "data.loader", "KIND", LOADERS, "fast: the tensors on the device, no DataLoader"
+    ),
     "--pin-memory": _on_off("data.pin_memory"),
     "--persistent-workers": _on_off("data.persistent_workers"),
     "--prefetch-factor": _int("data.prefetch_factor", "N"),
@@ -164,17 +153,19 @@ RUN_FLAGS: dict[str, Flag] = {
     "--drop-last": _on_off("data.drop_last"),
     "--epochs": _int("train.epochs", "N", "passes over the training set"),
     "--max-steps-per-epoch": _int("train.max_steps_per_epoch", "N"),
-    "--optimizer": _value(
+    "--optimizer": _choice(
         "train.optimizer",
         "NAME",
-        "sgd | adam | adamw | muon (muon: Muon on the hidden matrices, AdamW on the rest)",
+        OPTIMIZERS,
+        "muon: Muon on the hidden matrices, AdamW on the rest",
     ),
     "--lr": _float("train.lr", "LR", "learning rate (muon: AdamW's)"),
     "--muon-lr": _float("train.muon_lr", "LR", "muon: Muon's learning rate (Keller Jordan's)"),
-    "--muon-ns-dtype": _value(
+    "--muon-ns-dtype": _choice(
         "train.muon_ns_dtype",
-        "auto|bf16|fp32",
-        "muon: Newton-Schulz dtype (auto: fp32 on a CPU without bf16 units, else bf16)",
+        "DTYPE",
+        MUON_NS_DTYPES,
+        "muon's Newton-Schulz dtype (auto: fp32 on a CPU without bf16 units, else bf16)",
     ),
     "--muon-ns-steps": _int(
         "train.muon_ns_steps", "N", "muon: Newton-Schulz iterations per update"
@@ -187,14 +178,13 @@ RUN_FLAGS: dict[str, Flag] = {
         "Adam/AdamW betas (default 0.9,0.999)",
         lambda text: [float(b) for b in text.split(",")],
     ),
-    "--optimizer-impl": _value(
+    "--optimizer-impl": _choice(
         "train.optimizer_impl",
         "IMPL",
-        "auto (torch's default) | for-loop | foreach | fused (one kernel per update)",
+        OPTIMIZER_IMPLS,
+        "auto: torch's default; fused: one kernel per update",
     ),
-    "--schedule": _value(
-        "train.schedule", "NAME", "lr schedule: constant | cosine | linear | one-cycle"
-    ),
+    "--schedule": _choice("train.schedule", "NAME", SCHEDULES, "the learning rate's schedule"),
     "--warmup-steps": _int("train.warmup_steps", "N", "linear lr warm-up over the first N steps"),
     "--min-lr-ratio": _float("train.min_lr_ratio", "R", "cosine/linear decay ends at R x lr"),
     "--grad-clip": _float("train.grad_clip", "NORM", "clip the gradients' global norm (0: off)"),
@@ -225,16 +215,18 @@ RUN_FLAGS: dict[str, Flag] = {
         "every configuration shares: threads x processes",
         _workers,
     ),
-    "--precision": _value("runtime.precision", "P", "fp32 | tf32 | fp16 | bf16"),
+    "--precision": _choice("runtime.precision", "P", PRECISIONS),
     "--checkpointing": _value(
         "runtime.checkpointing",
         "POLICY",
-        "activation checkpointing of the model's blocks: none | full | every-K | selective",
+        f"activation checkpointing of the model's blocks: {CHECKPOINTING_HELP}",
     ),
     "--compile": _on_off(
         "runtime.compile", "torch.compile the model; compile time is its own stage"
     ),
-    "--timing": _value("runtime.timing", "MODE", "auto (events on GPU) | exact (sync per stage)"),
+    "--timing": _choice(
+        "runtime.timing", "MODE", TIMING_MODES, "auto: CUDA events on a GPU; exact: sync per stage"
+    ),
     "--system-interval": _float("runtime.system_interval_s", "S", "seconds between system samples"),
     "--timing-warmup": _int(
         "runtime.timing_warmup_steps",
@@ -244,7 +236,7 @@ RUN_FLAGS: dict[str, Flag] = {
     "--track": _value(
         "runtime.track",
         "SINKS",
-        "also log to wandb and/or tensorboard (comma-separated; default none)",
+        f"also log to these trackers (comma-separated: {', '.join(SINK_NAMES)}; default none)",
         _names,
     ),
     "--checkpoint-every": _int(
@@ -269,7 +261,7 @@ RUN_FLAGS: dict[str, Flag] = {
     "--rdzv-endpoint": _value(
         "dist.rdzv_endpoint", "HOST:PORT", "c10d rendezvous instead of master addr/port"
     ),
-    "--backend": _value("dist.backend", "NAME", "auto | nccl | gloo"),
+    "--backend": _choice("dist.backend", "NAME", BACKENDS, "auto: nccl on CUDA, gloo on a CPU"),
     "--requeue": _switch(
         "dist.requeue",
         "on SLURM's pre-timeout signal or a preemption: checkpoint, requeue the job, and "
@@ -306,11 +298,33 @@ def _option_flag(option: registry.StrategyOption) -> Flag:
     return _value(option.key, option.metavar, help, kind)
 
 
+_READS = {"int": int, "float": float, "names": _names, "text": None}
+
+
+def _workload_flags() -> dict[str, Flag]:
+    """The registered workloads' option flags (``--n-layer``), each once; its help names
+    the workloads that take it, with each one's words where they differ."""
+    owners: dict[str, list[tuple[str, registry.WorkloadOption]]] = {}
+    for entry in registry.WORKLOADS.values():
+        for option in entry.flags:
+            owners.setdefault(option.flag, []).append((entry.name, option))
+    flags = {}
+    for flag, taken in owners.items():
+        first = taken[0][1]
+        helps = dict.fromkeys(o.help for _, o in taken)
+        text = "; ".join(f"{', '.join(n for n, o in taken if o.help == h)}: {h}" if h else
+                         ", ".join(n for n, o in taken if o.help == h) for h in helps)  # fmt: skip
+        flags[flag] = _value(f"workload.options.{first.key}", first.metavar, text,
+                             _READS[first.reads])  # fmt: skip
+    return flags
+
+
 def run_flags() -> dict[str, Flag]:
-    """Every flag of ``trainscope run``: :data:`RUN_FLAGS` and the options the registered
-    strategies take (:data:`trainscope.registry.OPTIONS`, in registration order)."""
+    """Every flag of ``trainscope run``: :data:`RUN_FLAGS`, the registered workloads'
+    option flags and the options the registered strategies take
+    (:data:`trainscope.registry.OPTIONS`), in registration order."""
     options = {o.flag: _option_flag(o) for o in registry.OPTIONS.values()}
-    return {**RUN_FLAGS, **options}
+    return {**RUN_FLAGS, **_workload_flags(), **options}
 
 
 # The groups `run --help` shows the flags in, by the config key they set (first match).

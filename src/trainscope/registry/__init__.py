@@ -27,6 +27,7 @@ from trainscope.registry.extensions import (
     Chapter,
     RuleEntry,
     WorkloadEntry,
+    WorkloadOption,
     register_chapter,
     register_rule,
     register_workload,
@@ -67,7 +68,8 @@ from trainscope.registry.studies import (
 __all__ = [
     "CHAPTERS", "OPTIONS", "OPTION_KINDS", "RECORD_ONLY", "RULES", "STRATEGIES", "STUDIES",
     "WORKLOADS", "Capabilities", "Chapter", "Flag", "RuleEntry", "StrategyEntry",
-    "StrategyOption", "StudyEntry", "Table", "Variant", "WorkloadEntry", "capabilities",
+    "StrategyOption", "StudyEntry", "Table", "Variant", "WorkloadEntry", "WorkloadOption",
+    "capabilities",
     "load", "multiprocess_names", "option_owners", "precheck_strategy", "register_chapter",
     "register_option", "register_rule", "register_strategy", "register_study",
     "register_workload", "report_builder", "strategy_names", "strategy_options",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainscope.registry.extensions import WorkloadEntry, register_workload
+from trainscope.registry.extensions import WorkloadEntry, WorkloadOption, register_workload
 from trainscope.registry.strategies import (
     Capabilities,
     StrategyEntry,
@@ -302,6 +302,31 @@ RECORD_ONLY["doctor"] = "trainscope.reports.study_doctor:doctor_sections"
 
 
 _W = "trainscope.workloads"
+_DROPOUT = WorkloadOption("dropout", "--dropout", "float", "P", "every dropout of the model")
+_GPT_FLAGS = (
+    WorkloadOption("preset", "--preset", "text", "NAME",
+                   "tiny | cpu (4 x 128, block 64) | shakespeare (6 layers x 384, block 256)"),
+    WorkloadOption("n_layer", "--n-layer", "int", "N", "blocks"),
+    WorkloadOption("n_head", "--n-head", "int", "N", "attention heads"),
+    WorkloadOption("n_embd", "--n-embd", "int", "N", "embedding width"),
+    WorkloadOption("block_size", "--block-size", "int", "T", "context length"),
+    _DROPOUT,
+)  # fmt: skip
+_TEXT_CLS_FLAGS = (
+    WorkloadOption("model", "--model", "text", "NAME", "bert | roberta"),
+    WorkloadOption("size", "--model-size", "text", "SIZE",
+                   "tiny | mini | small | base (random weights)"),
+    WorkloadOption("pretrained", "--pretrained", "text", "NAME",
+                   "a hub model (e.g. bert-base-cased; downloaded once, then cached) or a "
+                   "local folder in Hugging Face layout (offline)"),
+    WorkloadOption("task", "--task", "text", "NAME", "SST-2 | RTE"),
+    WorkloadOption("max_length", "--max-length", "int", "N", "truncate to N tokens"),
+    _DROPOUT,
+    WorkloadOption("lora_r", "--lora-r", "int", "R", "LoRA rank (0: full fine-tuning)"),
+    WorkloadOption("lora_alpha", "--lora-alpha", "float", "A", "LoRA scale"),
+    WorkloadOption("lora_targets", "--lora-targets", "names", "LIST",
+                   "modules LoRA adapts (default query,value)"),
+)  # fmt: skip
 _E = "trainscope.estimate.workload"
 for _workload in (
     WorkloadEntry(
@@ -326,6 +351,7 @@ for _workload in (
         layout=f"{_W}.gpt:layout",
         recipe="trainscope.recipes:gpt_char_recipe",
         arch=f"{_E}:gpt_arch",
+        flags=_GPT_FLAGS,
     ),
     WorkloadEntry(
         "text-cls",
@@ -334,6 +360,7 @@ for _workload in (
         layout=f"{_W}.text_cls:layout",
         recipe="trainscope.recipes:text_cls_recipe",
         arch=f"{_E}:bert_arch",
+        flags=_TEXT_CLS_FLAGS,
     ),
 ):
     register_workload(_workload)

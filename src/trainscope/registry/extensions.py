@@ -10,6 +10,27 @@ from trainscope.registry.base import Table
 
 
 @dataclass(frozen=True)
+class WorkloadOption:
+    """One of a workload's options (``workload.options.KEY``) as the command line takes
+    it: its flag, how the text is read, and its help. The value is checked by the
+    workload's own ``options`` check; workloads that take the same option declare the same
+    flag, and ``run --help`` names them all before it."""
+
+    key: str
+    """Its key under ``workload.options`` (``n_layer``)."""
+    flag: str
+    """Its flag (``--n-layer``)."""
+    reads: str = "text"
+    """How the flag's text is read: ``text``, ``int``, ``float`` or ``names`` (a
+    comma-separated list)."""
+    metavar: str = "X"
+    help: str = ""
+
+
+OPTION_READS = ("text", "int", "float", "names")
+
+
+@dataclass(frozen=True)
 class WorkloadEntry:
     """A workload chosen by name: ``--workload NAME`` (a user's own can also be named as
     ``pkg.module:factory`` without an entry). Every part is a ``"module:function"``
@@ -30,13 +51,29 @@ class WorkloadEntry:
     recipe: str | None = None
     """``(options) -> Recipe | None``: its default recipe (:mod:`trainscope.recipes`);
     None: the generic defaults."""
+    flags: tuple[WorkloadOption, ...] = ()
+    """Its options' flags (``--n-layer``); a config file may set any option it checks."""
     arch: str | None = None
     """``(model, name, sample_shape) -> Arch | None``: its built model read as the
     memory estimator's architecture (:mod:`trainscope.estimate.workload`); None: the
     estimate counts its model states and plans no activations."""
 
 
-WORKLOADS: Table[str, WorkloadEntry] = Table(lambda e: e.name)
+def _check_workload(entry: WorkloadEntry) -> None:
+    """Its flags read their text one of the known ways and, where another workload has
+    the same flag, set the same option."""
+    for option in entry.flags:
+        if option.reads not in OPTION_READS or not option.flag.startswith("--"):
+            raise ValueError(f"workload {entry.name}: option {option.key} needs a --flag "
+                             f"read as one of {', '.join(OPTION_READS)}")  # fmt: skip
+        for other in WORKLOADS.values():
+            same = [o for o in other.flags if o.flag == option.flag and o.key != option.key]
+            if other.name != entry.name and same:
+                raise ValueError(f"workload {entry.name}: {option.flag} sets {same[0].key} "
+                                 f"for {other.name}, not {option.key}")  # fmt: skip
+
+
+WORKLOADS: Table[str, WorkloadEntry] = Table(lambda e: e.name, _check_workload)
 """Name -> entry, in registration order (add with :func:`register_workload`)."""
 register_workload = WORKLOADS.add
 unregister_workload = WORKLOADS.remove
