@@ -10,7 +10,7 @@ import torch
 
 from trainscope.config import TrainConfig
 from trainscope.profiling.memory import MemoryProbe
-from trainscope.train.trainer import build_optimizer
+from trainscope.train.schedule import build_optimizer
 
 
 def meter_step(

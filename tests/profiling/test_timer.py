@@ -10,7 +10,8 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from trainscope.profiling.timer import CudaEventStageTimer, HostStageTimer, make_stage_timer
 from trainscope.techniques.precision import Precision
-from trainscope.train.loop import TRAIN_STAGES, EpochOptions, TrainState, train_epoch
+from trainscope.train.loop import TRAIN_STAGES, EpochOptions, train_epoch
+from trainscope.train.state import TrainState
 
 
 def test_host_timer_attributes_each_interval_to_the_stage_it_closes():

@@ -21,7 +21,8 @@ from trainscope.train.checkpoint import (
     prune,
     write_checkpoint,
 )
-from trainscope.train.loop import EpochOptions, TrainState, train_epoch
+from trainscope.train.loop import EpochOptions, train_epoch
+from trainscope.train.state import TrainState
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -17,8 +17,9 @@ from trainscope.records.schema import check
 from trainscope.techniques.precision import make_precision
 from trainscope.train.checkpoint import complete_checkpoints, load_checkpoint
 from trainscope.train.checkpointer import Checkpointer
-from trainscope.train.loop import EpochOptions, TrainState, train_epoch
+from trainscope.train.loop import EpochOptions, train_epoch
 from trainscope.train.progress import EpochProgress, RunProgress
+from trainscope.train.state import TrainState
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -14,7 +14,7 @@ from trainscope.cli import main
 from trainscope.config import OPTIMIZER_IMPLS, RunConfig, TrainConfig
 from trainscope.records.run_dir import load_run
 from trainscope.train.resume import MAY_CHANGE, config_differences
-from trainscope.train.trainer import build_optimizer
+from trainscope.train.schedule import build_optimizer
 
 # What each impl passes to torch.optim: (foreach, fused) in the optimizer's defaults.
 # auto passes neither, so torch picks at the first step (the for-loop on CPU).

@@ -16,8 +16,10 @@ from trainscope.errors import DivergedError
 from trainscope.profiling.timer import HostStageTimer
 from trainscope.reports.run_report import build_run_report
 from trainscope.techniques.precision import Precision
-from trainscope.train.loop import EpochOptions, TrainState, train_epoch
-from trainscope.train.run import NO_VALIDATION, run
+from trainscope.train.loop import EpochOptions, train_epoch
+from trainscope.train.run import run
+from trainscope.train.setup import NO_VALIDATION
+from trainscope.train.state import TrainState
 
 
 def strict_json(text: str) -> object:

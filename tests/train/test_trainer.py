@@ -11,7 +11,8 @@ import torch
 from trainscope.data.loaders import BatchLoader  # noqa: F401 (the loop's loader type)
 from trainscope.profiling.timer import HostStageTimer
 from trainscope.techniques.precision import make_precision
-from trainscope.train.loop import EpochOptions, TrainState, rng_states, train_epoch
+from trainscope.train.loop import EpochOptions, train_epoch
+from trainscope.train.state import TrainState, rng_states
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -19,7 +19,8 @@ from trainscope.data.loaders import make_loader
 from trainscope.data.text import CharWindows
 from trainscope.errors import ConfigError, DataError
 from trainscope.techniques.precision import make_precision
-from trainscope.train.loop import TrainState, evaluate
+from trainscope.train.loop import evaluate
+from trainscope.train.state import TrainState
 from trainscope.workloads import build_workload
 from trainscope.workloads.base import model_blocks
 from trainscope.workloads.gpt import (

@@ -148,7 +148,7 @@ def describe_workload(workload: Any, cfg: WorkloadConfig) -> WorkloadModel:
 
 def load_workload(cfg: WorkloadConfig, cache_dir: Path | None = None) -> WorkloadModel:
     """Build ``cfg``'s workload (reading its data) and describe its model."""
-    from trainscope.train.trainer import cache_dir as default_cache
+    from trainscope.train.setup import cache_dir as default_cache
 
     check_options(cfg)
     workload = build_workload(cfg, cache_dir or default_cache())

@@ -357,7 +357,7 @@ def _load_run(root: Path, cfg: Any, dev: Any) -> _Run:
     the model to ``dev``; refused (one line) when the model has no Linear layer."""
     from safetensors.torch import load_model
 
-    from trainscope.train.trainer import cache_dir
+    from trainscope.train.setup import cache_dir
 
     workload = build_workload(cfg.workload, cache_dir())
     split, data = _split(workload)
@@ -428,7 +428,7 @@ def _measure(run: _Run, qmodel: Any, batch_size: int | None, repeats: int | None
     warm-up pass each, then the timed passes, alternating (see :func:`quantize_run`)."""
     from trainscope.data.loaders import make_loader
     from trainscope.techniques.precision import make_precision
-    from trainscope.train.loop import TrainState
+    from trainscope.train.state import TrainState
 
     workload, dev = run.workload, run.device
     loader = make_loader(

@@ -50,6 +50,45 @@ _NAME = re.compile(r"^step-(\d+)$")
 TMP_PREFIX = ".tmp-"
 
 
+# --------------------------------------------------------------------------- shards
+# Each rank saves its own part of sharded tensors (FSDP's and tp's DTensors) and gets
+# back exactly that part: nothing is gathered to save or scattered to load.
+
+
+def local_tensors(tensors: dict[str, Any]) -> dict[str, Any]:
+    """DTensors (FSDP's shards) as this rank's local tensor; anything else as it is."""
+    from torch.distributed.tensor import DTensor  # 0.8 s to import: only when saving
+
+    return {k: v.to_local() if isinstance(v, DTensor) else v for k, v in tensors.items()}
+
+
+def local_optimizer_state(sd: dict[str, Any]) -> dict[str, Any]:
+    """An optimizer's state dict with its DTensor states as this rank's local shards."""
+    return {**sd, "state": {idx: local_tensors(entry) for idx, entry in sd["state"].items()}}
+
+
+def from_local_like(
+    loaded: dict[str, Any], reference: dict[str, Any], shaped: bool = False
+) -> dict[str, Any]:
+    """Local shards read back, made DTensors again where ``reference`` (the live model's
+    tensors, or the parameter an optimizer state belongs to) is one: the same mesh and
+    placements, so each rank gets back exactly the shard it saved. With ``shaped`` only
+    tensors the parameter's shape (exp_avg, momentum) are sharded, not e.g. Adam's step."""
+    from torch.distributed.tensor import DTensor  # 0.8 s to import: only when loading
+
+    out = {}
+    for k, v in loaded.items():
+        ref = reference.get(k)
+        if isinstance(ref, DTensor) and isinstance(v, torch.Tensor):
+            if not shaped or v.shape == ref.to_local().shape and v.dim() > 0:
+                v = DTensor.from_local(
+                    v.to(ref.device), ref.device_mesh, ref.placements,
+                    shape=ref.shape, stride=ref.stride(),
+                )  # fmt: skip
+        out[k] = v
+    return out
+
+
 @dataclass(frozen=True)
 class Checkpoint:
     """A complete checkpoint on disk."""

@@ -22,7 +22,7 @@ from trainscope.train.progress import EpochProgress, RunProgress
 
 if TYPE_CHECKING:
     from trainscope.train.fault_injection import Fault
-    from trainscope.train.loop import TrainState
+    from trainscope.train.state import TrainState
 
 
 class Checkpointer:

@@ -34,9 +34,11 @@ from torch import nn
 
 from trainscope.config import RuntimeConfig
 from trainscope.errors import ConfigError
+from trainscope.profiling.timer import device_sync
 from trainscope.strategies.base import Strategy
 from trainscope.techniques.activation_checkpointing import apply_checkpointing
-from trainscope.workloads.base import model_blocks
+from trainscope.train.state import TrainState, rng_states, set_rng_states
+from trainscope.workloads.base import Workload, model_blocks, move_to
 
 
 def compose(
@@ -72,23 +74,19 @@ def compose(
     return strategy.wrap(model), applied
 
 
-def compile_warmup(trainer: Any) -> float:
+def compile_warmup(state: TrainState, workload: Workload, batch_size: int) -> float:
     """Run forward and backward once on the first training samples, and a forward as
     evaluation runs it, so that compilation happens now, not in the first steps or the
-    first validation; returns the seconds it took.
+    first validation; returns the seconds it took. ``batch_size``: the training batch
+    (the samples it runs on: as many, from the start of the training set).
 
     Nothing of it remains: gradients are dropped (no optimizer step) and every random
     generator is put back, so training goes on exactly as it would have. (A model with
     batch-norm layers would see its running statistics updated once.)
     """
-    from trainscope.profiling.timer import device_sync
-    from trainscope.train.loop import rng_states, set_rng_states
-    from trainscope.workloads.base import move_to
-
-    state, workload = trainer.state, trainer.workload
     t0 = time.perf_counter()
     saved = rng_states()
-    n = min(trainer.local_batch, len(workload.train_set))
+    n = min(batch_size, len(workload.train_set))
     samples = [workload.train_set[i] for i in range(n)]
     collate = workload.collate_fn or torch.utils.data.default_collate
     inputs, targets = collate(samples)

@@ -26,8 +26,10 @@ from trainscope.train.checkpoint import (
     complete_checkpoints,
     damaged_text,
     load_checkpoint,
+    local_tensors,
 )
-from trainscope.train.loop import local_tensors
+from trainscope.train.parts import RunPlace
+from trainscope.train.state import TrainState
 from trainscope.util.textsafe import one_line
 
 # Config keys a resume may change: how long to train (more epochs), how often to evaluate,
@@ -280,38 +282,38 @@ def recorded_events(run_dir: Path) -> tuple[list[dict[str, Any]], int]:
     return current_events(raw), max(steps, default=0)
 
 
-def resume_into(trainer: Any) -> None:
-    """Put a :class:`~trainscope.train.trainer.Trainer` where its run's newest checkpoint
-    left off: its TrainState (RNG included) and its RunProgress, each restored in one
-    call, then a ``resume`` line in the metrics and the attempts in the record. Without
-    any checkpoint a run restarted by torchrun starts over; a ``--resume`` asked for by
-    the user is refused."""
-    ctx, writer = trainer.ctx, trainer.writer
+def resume_into(place: RunPlace, state: TrainState, facts: dict[str, Any]) -> None:
+    """Put a run where its newest checkpoint left off: its TrainState (RNG included) and
+    its RunProgress (``place.progress``), each restored in one call, then a ``resume``
+    line in the metrics and the attempts in the record. ``facts``: the run's own (what
+    the checkpoint must have been made under). Without any checkpoint a run restarted by
+    torchrun starts over; a ``--resume`` asked for by the user is refused."""
+    ctx, writer = place.ctx, place.writer
     previous = gather_objects(ctx.previous, ctx.info)  # every rank's, for how it ended
     damaged: list[str] = []
     root = writer.run_dir / "checkpoints"
-    found = agree_checkpoint(root, ctx.info, trainer._note, damaged)
+    found = agree_checkpoint(root, ctx.info, place.note, damaged)
     events, highest = recorded_events(writer.run_dir)
     if found is None:
-        _start_over(trainer, root, damaged)
+        _start_over(place, root, damaged)
         position = {"from_step": 0, "from_epoch": 0, "epoch_step": 0, "checkpoint": None}
     else:
-        position = _restore(trainer, *found, events)
-    _record_resume(trainer, position, previous, highest)
+        position = _restore(place, state, facts, *found, events)
+    _record_resume(place, position, previous, highest)
 
 
-def _start_over(trainer: Any, root: Path, damaged: list[str]) -> None:
+def _start_over(place: RunPlace, root: Path, damaged: list[str]) -> None:
     """No checkpoint every rank can load: refused for ``--resume``; from the beginning
     for a run torchrun restarted."""
-    run_dir = trainer.writer.run_dir
-    if not trainer.ctx.restarted:
+    run_dir = place.writer.run_dir
+    if not place.ctx.restarted:
         raise TrainscopeError(
             f"--resume {run_dir}: {damaged_text(root, damaged)}"
             if damaged
             else f"--resume {run_dir}: no complete checkpoint to go on from (run "
             "with --checkpoint-every N or --checkpoint-every-epoch to write them)"
         )
-    trainer._note(
+    place.note(
         "restarted with every checkpoint damaged: training from the beginning"
         if damaged
         else "restarted with no checkpoint written yet: training from the beginning"
@@ -319,13 +321,14 @@ def _start_over(trainer: Any, root: Path, damaged: list[str]) -> None:
 
 
 def _restore(
-    trainer: Any, ckpt: Checkpoint, sd: dict[str, Any], events: list[dict[str, Any]]
-) -> dict[str, Any]:
+    place: RunPlace, state: TrainState, facts: dict[str, Any], ckpt: Checkpoint,
+    sd: dict[str, Any], events: list[dict[str, Any]],
+) -> dict[str, Any]:  # fmt: skip
     """Check that the checkpoint fits this run, then load it into the trainer's progress
     and state; returns where the run goes on from."""
-    run, state = sd["run"], trainer.state
+    run = sd["run"]
     mine = local_tensors(state.model.state_dict())  # FSDP: this rank's shards
-    check_fits(run, trainer.run_facts(), ckpt, mine, sd["model"])
+    check_fits(run, facts, ckpt, mine, sd["model"])
     step = sd["step"]
     # The checkpoint's own write time was measured after it was written: in its line.
     written = [e for e in events if e.get("event") == "checkpoint" and e.get("step") == step]
@@ -335,21 +338,21 @@ def _restore(
         for e in events
         if e.get("event") == "step" and isinstance(e.get("step"), int) and e["step"] <= step
     ]
-    trainer.progress.load_state_dict(run, written_s=seconds, step_records=steps)
+    place.progress.load_state_dict(run, written_s=seconds, step_records=steps)
     state.load_state_dict(sd)  # last: RNG states as the checkpoint left them
     return {
         "from_step": step,
         "from_epoch": sd["epoch"],
         "epoch_step": sd.get("epoch_step", 0),
-        "checkpoint": str(ckpt.path.relative_to(trainer.writer.run_dir)),
+        "checkpoint": str(ckpt.path.relative_to(place.writer.run_dir)),
     }
 
 
 def _record_resume(
-    trainer: Any, position: dict[str, Any], previous: list[dict[str, Any] | None], highest: int
+    place: RunPlace, position: dict[str, Any], previous: list[dict[str, Any] | None], highest: int
 ) -> None:
     """The ``resume`` line, the config it goes on with, the attempts and a note."""
-    ctx, writer = trainer.ctx, trainer.writer
+    ctx, writer = place.ctx, place.writer
     ended = how_it_ended(previous)
     step, epoch, epoch_step = position["from_step"], position["from_epoch"], position["epoch_step"]
     redone = max(0, highest - step)
@@ -359,12 +362,12 @@ def _record_resume(
     )  # fmt: skip
     writer.flush()
     if ctx.info.is_main:  # the config it goes on with (e.g. more epochs), now that it fits
-        writer.write_config(trainer.cfg.saved_dict())
-    trainer.record.resumed(
+        writer.write_config(place.cfg.saved_dict())
+    place.record.resumed(
         earlier_attempts(previous[0] or {}, ended), **position, steps_redone=redone
     )
     inside = f", {epoch_step} step(s) into epoch {epoch + 1}" if epoch_step else ""
-    trainer._note(
+    place.note(
         f"attempt {ctx.attempt}: resumed from step {step} (after epoch {epoch}{inside}); the "
         f"previous attempt {ended}. Times cover every attempt's setup and its work up to its "
         f"last checkpoint; the {redone} step(s) taken after it were done again and count once"

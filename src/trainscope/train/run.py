@@ -44,16 +44,10 @@ from trainscope.techniques.precision import make_precision
 from trainscope.tracking import make_sinks
 from trainscope.train import failures, preemption, ranks
 from trainscope.train.console import RunConsole
+from trainscope.train.parts import RunContext
 from trainscope.train.record import RunFacts, RunSummary, now_utc
 from trainscope.train.resume import earlier_attempts, how_it_ended, precheck
-from trainscope.train.trainer import (  # noqa: F401 (build_optimizer, compose, ... re-exported)
-    NO_VALIDATION,
-    RunContext,
-    Trainer,
-    build_optimizer,
-    cache_dir,
-    compose,
-)
+from trainscope.train.trainer import train
 from trainscope.util.textsafe import one_line
 from trainscope.workloads import check_options
 
@@ -251,7 +245,7 @@ def _train(ctx: RunContext, writer: RunWriter, record: RunSummary) -> None:
     try:
         with sampler, watchdog, noted:
             watch = getattr(watchdog, "progress", None)  # multi-process runs only
-            Trainer(ctx, writer, record, watch).run()
+            train(ctx, writer, record, watch)
         record.set_system(sampler.summary())
         record.complete()  # unless the stall watchdog has ended the run
     except Preempted as e:

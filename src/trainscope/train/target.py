@@ -33,7 +33,7 @@ from trainscope.util.checks import show
 from trainscope.util.target import Target, parse_target
 
 if TYPE_CHECKING:
-    from trainscope.train.loop import TrainState
+    from trainscope.train.state import TrainState
 
 EvaluateSplit = Callable[[str], "dict[str, Any]"]
 """``evaluate_split("val" | "test") -> figures``: one evaluation of a split (the trainer's,
