@@ -148,14 +148,20 @@ def test_lint_imports_fails_on_a_planted_upward_import(copy: Path) -> None:
 
 
 def test_lint_imports_fails_on_a_planted_cycle(copy: Path) -> None:
-    # reports.latex_layout is imported by reports.tables; the planted import closes a loop.
-    out = _plant(copy, "reports/latex_layout.py", "from trainscope.reports import tables  # noqa")
-    assert "No cycles are allowed in trainscope.reports" in out
+    # render.latex_layout is imported by render.table; the planted import closes a loop.
+    out = _plant(copy, "render/latex_layout.py", "from trainscope.render import table  # noqa")
+    assert "No cycles are allowed in trainscope.render" in out
+
+
+def test_lint_imports_fails_on_an_upward_import_inside_a_coarse_layer(copy: Path) -> None:
+    # Rendering is below the analyses in the "reading records" layer: never up to them.
+    out = _plant(copy, "render/table.py", "from trainscope.analysis import cpu  # noqa")
+    assert "trainscope.render is not allowed to import trainscope.analysis" in out
 
 
 def test_lint_imports_fails_on_torch_in_a_torch_free_package(copy: Path) -> None:
-    out = _plant(copy, "reports/stats.py", "import torch  # noqa")
-    assert "trainscope.reports is not allowed to import torch" in out
+    out = _plant(copy, "analysis/stats.py", "import torch  # noqa")
+    assert "trainscope.analysis is not allowed to import torch" in out
 
 
 # ------------------------------------------------------------- what import-linter cannot say

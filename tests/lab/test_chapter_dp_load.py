@@ -13,7 +13,7 @@ import pytest
 
 from trainscope.lab import chapter_dp
 from trainscope.lab.steps import MakeContext
-from trainscope.reports.document import Document
+from trainscope.render.document import Document
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "dp_ddp"
 STEP_MS = {"single": 1.0, "dp": 1.1, "ddp": 2.5}

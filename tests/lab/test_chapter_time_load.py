@@ -13,7 +13,7 @@ from tests.reports.test_honest_numbers import BASE, CPU, Planted
 from tests.studies.heap import frozen_heap
 from trainscope.lab import chapter_runs
 from trainscope.lab.steps import MakeContext
-from trainscope.reports.document import Document
+from trainscope.render.document import Document
 from trainscope.studies import profile
 from trainscope.studies.base import execute
 

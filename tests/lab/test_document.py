@@ -21,7 +21,7 @@ import pytest
 
 from tests.reports.test_honest_numbers import BASE, CPU, Planted
 from trainscope.cli import main
-from trainscope.reports import document_latex
+from trainscope.render import document_latex
 from trainscope.reports.study_report import build_study_report
 from trainscope.studies import loader, precision
 from trainscope.studies.base import execute

@@ -14,7 +14,7 @@ from tests.reports.test_honest_numbers import BASE, CPU, Planted
 from tests.studies.heap import frozen_heap
 from trainscope.lab import chapter_distribute
 from trainscope.lab.chapter_runs import study_part
-from trainscope.reports.document import Document
+from trainscope.render.document import Document
 from trainscope.studies import profile
 from trainscope.studies.base import execute
 

@@ -92,7 +92,8 @@ def real_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def cheap_figures(monkeypatch: pytest.MonkeyPatch) -> None:
     """Figures built with all their data, but neither laid out nor rasterised (what costs
     a report its time); the full drawing is exercised by the extreme records below."""
-    from trainscope.reports import memory, plots, timeline
+    from trainscope.analysis import memory, timeline
+    from trainscope.render import plots
 
     def save(fig: Any, path_png: Any, path_svg: Any = None) -> list[Path]:
         png = Path(path_png)

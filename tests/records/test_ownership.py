@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+import trainscope.analysis
+import trainscope.render
 import trainscope.reports
 from trainscope.errors import TrainscopeError
 from trainscope.records.ownership import LOCK, MARKER, claim_dir, clear_owned, read_marker
@@ -321,8 +323,10 @@ def test_every_figure_a_report_draws_is_recognised_in_an_old_report_folder(tmp_p
 
     # The names, as the report modules write them (plots / "loss.png"), not a second list.
     drawn = set()
-    for module in Path(trainscope.reports.__file__).parent.glob("*.py"):
-        drawn |= set(re.findall(r'"(\w+)\.(?:png|svg)"', module.read_text(encoding="utf-8")))
+    for package in (trainscope.reports, trainscope.analysis, trainscope.render):
+        for module in Path(package.__file__).parent.glob("*.py"):
+            text = module.read_text(encoding="utf-8")
+            drawn |= set(re.findall(r'"(\w+)\.(?:png|svg)"', text))
     assert {"stages", "loss", "memory", "timeline", "precision_loss"} <= drawn
     assert drawn <= set(REPORT_FIGURES), drawn - set(REPORT_FIGURES)
     figures = [f"{name}.{ext}" for name in sorted(drawn) for ext in ("png", "svg")]

@@ -19,7 +19,8 @@ from tests.reports.runs import PNG_MAGIC
 
 def unsaved_figures(monkeypatch: pytest.MonkeyPatch) -> None:
     """Within the test, report figures are built, then written as placeholders."""
-    from trainscope.reports import memory, plots, study_plots, timeline
+    from trainscope.analysis import memory, timeline
+    from trainscope.render import plots, study_plots
 
     def save(fig: Any, path_png: Any, path_svg: Any = None) -> list[Path]:
         written = []

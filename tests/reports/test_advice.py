@@ -5,12 +5,7 @@ from __future__ import annotations
 import pytest
 
 from trainscope.records.run_dir import STAGE_LABELS
-from trainscope.reports.advice import (
-    DATA_WAIT_STEP_SHARE,
-    EVALUATION_WALL_SHARE,
-    Finding,
-    findings,
-)
+from trainscope.reports.advice import DATA_WAIT_STEP_SHARE, EVALUATION_WALL_SHARE, Finding, findings
 
 pytestmark = pytest.mark.timeout(60)
 

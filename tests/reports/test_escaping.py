@@ -22,10 +22,10 @@ import pytest
 from tests.reports.latex import compile_latex, find_latex, latex_problems
 from tests.reports.runs import COMPLETED, ENV, FAILED, write_run
 from trainscope.records.study_dir import PlannedRun, StudyPlan, write_study
+from trainscope.render.table import Table
 from trainscope.reports.compare import build_comparison, print_comparison
 from trainscope.reports.run_report import build_run_report, print_report
 from trainscope.reports.study_report import build_study_report, print_study_report
-from trainscope.reports.tables import Table
 
 SCRIPT = "<script>alert(1)</script>"
 IMG = "<img src=x onerror=alert(1)>"
@@ -278,7 +278,7 @@ def test_latex_rows_cannot_reach_the_previous_row_end() -> None:
 
 
 def test_figures_draw_dollar_and_backslash_names_as_text(tmp_path: Path) -> None:
-    from trainscope.reports.study_plots import bar_plot, loss_curves_plot
+    from trainscope.render.study_plots import bar_plot, loss_curves_plot
 
     # A stage named "$\invalid$" in the pie's legend: mathtext would raise when drawn.
     report = build_run_report(write_hostile_run(tmp_path), tmp_path / "out")
@@ -299,7 +299,7 @@ def test_figures_never_send_record_text_to_latex(
     import matplotlib
     from matplotlib.texmanager import TexManager
 
-    from trainscope.reports.study_plots import bar_plot
+    from trainscope.render.study_plots import bar_plot
 
     def refuse(cls: type, tex: str, fontsize: float) -> str:
         raise AssertionError(f"sent to LaTeX: {tex!r}")

@@ -14,10 +14,10 @@ import torch
 
 from tests.reports.runs import COMPLETED, write_run
 from tests.reports.test_honest_numbers import Planted, report_of
+from trainscope.analysis.stats import fmt_mean_std, fmt_sig
 from trainscope.config import from_dict
 from trainscope.reports.compare import build_comparison, print_comparison
 from trainscope.reports.run_report import build_run_report, print_report
-from trainscope.reports.stats import fmt_mean_std, fmt_sig
 from trainscope.reports.study_report import StudyReport, print_study_report
 from trainscope.studies import checkpointing, precision, strategies
 

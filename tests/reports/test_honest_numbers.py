@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from tests.studies.heap import frozen_heap
+from trainscope.analysis.stats import task_of
 from trainscope.config import RunConfig, from_dict
 from trainscope.records import RunWriter, prepare_run_dir
-from trainscope.reports.stats import task_of
 from trainscope.reports.study_report import build_study_report
 from trainscope.studies import loader, precision, profile, strategies
 from trainscope.studies.base import execute

@@ -175,7 +175,7 @@ def test_a_long_command_wraps_in_the_html_report(tmp_path: Path) -> None:
     """The Reproduce block of a study (a long `trainscope study ...` line, a path) wraps
     inside the page instead of running off it."""
     require_browser()
-    from trainscope.reports.document import Document, write_document
+    from trainscope.render.document import Document, write_document
 
     doc = Document("Reproduce")
     doc.code("trainscope study loader " + " ".join(f"--set key{i}=value{i}" for i in range(40)))

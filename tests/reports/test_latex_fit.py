@@ -31,10 +31,10 @@ from tests.reports.latex import (
 )
 from tests.reports.runs import COMPLETED, write_run
 from trainscope.records.study_dir import PlannedRun, StudyPlan, write_study
+from trainscope.render.table import Table, latex_escape
 from trainscope.reports.compare import build_comparison
 from trainscope.reports.run_report import build_run_report
 from trainscope.reports.study_report import build_study_report
-from trainscope.reports.tables import Table, latex_escape
 
 # The reports built here are compiled for their tables.tex: their figures are built but
 # not saved (tests/reports/cheap.py).
@@ -296,7 +296,7 @@ CHARS = [c for c in string.printable if c not in "\t\n\r\x0b\x0c "] + list("â€“Ã
 def test_width_estimate_is_never_below_the_real_width(tmp_path: Path, encoding: str) -> None:
     """Every glyph, in every size a longtable may use, is at most as wide as estimated:
     measured by TeX in Computer Modern (OT1) and its T1 version."""
-    from trainscope.reports.latex_layout import _SIZES, _char_em
+    from trainscope.render.latex_layout import _SIZES, _char_em
 
     latex = shutil.which("pdflatex")
     if latex is None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from trainscope.records.run_dir import RecordWarning
-from trainscope.reports.document import Document
+from trainscope.render.document import Document
 from trainscope.reports.quantize_section import RESULT_FILE, quantize_section, quantize_table
 
 EVIL = "<script>alert(1)</script> | `tick` **bold** [link](http://x) &amp;"

@@ -218,6 +218,6 @@ def test_every_stage_has_a_colour_of_its_own() -> None:
     from matplotlib.colors import to_hex
 
     from trainscope.records.run_dir import STAGES
-    from trainscope.reports.plots import stage_color
+    from trainscope.render.plots import stage_color
 
     assert len({to_hex(stage_color(stage)) for stage in STAGES}) == len(STAGES)

@@ -10,13 +10,13 @@ import pytest
 from tests.reports.test_honest_numbers import BASE, CPU, Planted
 from tests.studies.heap import frozen  # noqa: F401  (a fixture, used by pytestmark)
 from trainscope.records.study_dir import load_study
-from trainscope.reports.document import Bullets, Document, Paragraph, TableBlock
-from trainscope.reports.outdir import ReportFiles
+from trainscope.render.document import Bullets, Document, Paragraph, TableBlock
+from trainscope.render.outdir import ReportFiles
+from trainscope.render.table import Table
 from trainscope.reports.run_report import RunReport
 from trainscope.reports.section import Section, each_config, not_applicable_list
 from trainscope.reports.study_bars import Bars
 from trainscope.reports.study_report import StudyReport
-from trainscope.reports.tables import Table
 from trainscope.studies import precision
 from trainscope.studies.base import execute
 from trainscope.util.spread import spread

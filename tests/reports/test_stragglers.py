@@ -23,7 +23,7 @@ import pytest
 from trainscope.cli import main
 from trainscope.diagnosis.stragglers import NO_STRAGGLER, analyze_stragglers, load_rank_steps
 from trainscope.records.run_dir import load_run
-from trainscope.reports.document import Document, Heading, Note, TableBlock
+from trainscope.render.document import Document, Heading, Note, TableBlock
 from trainscope.reports.stragglers import rank_stage_table, straggler_section, waiting_table
 
 pytestmark = pytest.mark.timeout(60)
@@ -360,8 +360,8 @@ def _check_the_whole_report(record: Any, tmp_path: Path) -> None:
     """The 2-rank run report as a reader gets it: the straggler view and a timeline with
     one stage row per rank, a trace with one process per rank, clean in a browser, where
     the timeline and the per-rank tables are visible on a whole-page screenshot."""
+    from tests.analysis.test_trace import check_trace, load_strict
     from tests.reports.browser import browser_problems, require_browser
-    from tests.reports.test_trace import check_trace, load_strict
     from trainscope.reports.run_report import build_run_report
 
     report = build_run_report(record.path, tmp_path / "rep")

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from trainscope.cli import main
+from trainscope.render.table import fmt_int
 from trainscope.reports.study_finetune import dev_accuracy_by
-from trainscope.reports.tables import fmt_int
 
 
 def test_dev_accuracy_at_a_training_time_is_the_last_evaluation_made_by_then() -> None:

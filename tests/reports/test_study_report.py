@@ -23,17 +23,13 @@ from tests.reports.browser import browser_problems, require_browser
 from tests.reports.latex import compile_latex, latex_problems
 from tests.reports.runs import assert_png, pipe_rows, section
 from tests.studies.heap import frozen, frozen_heap
+from trainscope.analysis.stats import fmt_spread
 from trainscope.config import from_dict
 from trainscope.records.run_dir import STAGE_LABELS
 from trainscope.records.run_dir import STAGES as ALL_STAGES
 from trainscope.records.study_dir import StudyPlan, load_study
-from trainscope.reports.stats import fmt_spread
-from trainscope.reports.study_report import (
-    StudyReport,
-    build_study_report,
-    print_study_report,
-)
-from trainscope.reports.tables import fmt_rate
+from trainscope.render.table import fmt_rate
+from trainscope.reports.study_report import StudyReport, build_study_report, print_study_report
 from trainscope.studies import loader, precision, profile
 from trainscope.studies.base import StudyResult, execute
 from trainscope.train.run import run as real_run

@@ -10,7 +10,7 @@ import pytest
 from tests.reports.cheap import unsaved_figures
 from trainscope.records.run_dir import RunRecord
 from trainscope.records.study_dir import PlannedRun, StudyPlan, StudyRecord
-from trainscope.reports.document import Document
+from trainscope.render.document import Document
 from trainscope.reports.study_system import MIN_SAMPLES, system_figure, system_series
 
 

@@ -6,19 +6,16 @@ import pytest
 
 from trainscope.records.run_dir import STAGE_LABELS
 from trainscope.records.run_dir import STAGES as ALL_STAGES
-from trainscope.reports.tables import (
+from trainscope.render.table import (
     MISSING,
     Table,
-    epoch_table,
     fmt_bytes,
     fmt_pct,
     fmt_rate,
     fmt_seconds,
     latex_escape,
-    overview_table,
-    per_class_table,
-    stage_table,
 )
+from trainscope.reports.tables import epoch_table, overview_table, per_class_table, stage_table
 
 # Stages of a one-process run: "comm" exists only with hand-written gradient sync.
 # Stages of a run without them: no hand-written sync, checkpoints, compile or pipeline.

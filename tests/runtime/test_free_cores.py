@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from tests.runtime.test_threads import _orphan_busy_loop
+from trainscope.analysis.cpu import cpu_rows, load_change_note
 from trainscope.config import USER_OMP_ENV, available_cpus
-from trainscope.reports.cpu import cpu_rows, load_change_note
 from trainscope.runtime import threads
 from trainscope.runtime.threads import (
     OTHER_LOAD_ENV,

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from trainscope.analysis.cpu import cpu_rows, oversubscribed_note
 from trainscope.config import USER_OMP_ENV, available_cpus, from_dict
-from trainscope.reports.cpu import cpu_rows, oversubscribed_note
 from trainscope.runtime.threads import MARGIN_CORES, ThreadPlan, combine, plan_threads, verdict
 from trainscope.studies.base import repeats_of, share_core_budget
 

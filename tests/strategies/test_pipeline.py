@@ -227,9 +227,9 @@ def test_two_replicas_of_a_pipeline_record_their_grid(pipe_run) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(LAUNCH_TIMEOUT)
 def test_every_microbatch_is_on_its_ranks_track_in_the_trace(pipe_run, tmp_path: Path) -> None:
-    from tests.reports.test_trace import check_trace, load_strict
+    from tests.analysis.test_trace import check_trace, load_strict
+    from trainscope.analysis.trace import write_chrome_trace
     from trainscope.records.run_dir import load_run
-    from trainscope.reports.trace import write_chrome_trace
 
     run = pipe_run("--strategy", "pipeline", *LAYOUTS["gpipe-2"])
     for rank, metrics in ((0, run / "metrics.jsonl"), (1, run / "ranks/rank1/metrics.jsonl")):

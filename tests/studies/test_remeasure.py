@@ -1,6 +1,6 @@
 """Repeats measured under other load: left out of every comparison, run again within a
 bound shown in the report, and "not a finding" where the load never drops
-(studies.remeasure, records.study_dir, reports.cpu)."""
+(studies.remeasure, records.study_dir, analysis.cpu)."""
 
 from __future__ import annotations
 

@@ -115,7 +115,7 @@ def test_console_lines_and_a_second_quantize_replaces_its_own_file(trained, quan
 
 
 def test_the_report_section_reads_the_real_result(trained, quantized):
-    from trainscope.reports.document import Document
+    from trainscope.render.document import Document
 
     out, _ = trained
     doc = Document("run")

@@ -17,8 +17,8 @@ import torch
 import yaml
 
 import trainscope
+from tests.analysis.test_trace import check_trace, load_strict
 from tests.reports.browser import browser_problems, require_browser
-from tests.reports.test_trace import check_trace, load_strict
 from tests.train.test_default_recipe import BAR, SEEDS, low_seeds
 from trainscope.config import from_dict
 from trainscope.records import STAGES as ALL_STAGES

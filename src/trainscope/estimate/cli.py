@@ -258,7 +258,7 @@ def build_setup(args: argparse.Namespace) -> tuple[Setup, WorkloadConfig | None]
 def main(args: argparse.Namespace) -> int:
     """Run ``trainscope estimate-memory``; returns the exit status (0)."""
     from trainscope.estimate.render import compare_table, print_estimate
-    from trainscope.reports.console import make_console, print_table
+    from trainscope.render.console import make_console, print_table
 
     setup, wcfg = build_setup(args)
     est = estimate(setup)

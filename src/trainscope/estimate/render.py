@@ -9,8 +9,8 @@ from typing import Any
 from trainscope.estimate.core import COMPONENTS, Estimate, dominant_line
 from trainscope.estimate.measure import Row
 from trainscope.estimate.states import SHARDING_TITLES, per_parameter
-from trainscope.reports.console import print_line, print_table
-from trainscope.reports.tables import Table
+from trainscope.render.console import print_line, print_table
+from trainscope.render.table import Table
 
 ONE_DEVICE_NOTE = (
     "world size 1: ZeRO-1/2/3 shard the model states over one device, so they hold what "

@@ -12,15 +12,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from trainscope.analysis.stats import compare_text, fmt_spread
 from trainscope.errors import TrainscopeError
 from trainscope.lab.chapter_runs import add_shifted, study_done, study_part
 from trainscope.lab.steps import MakeContext
 from trainscope.records.run_dir import RunRecord, load_run
-from trainscope.reports.document import Document, escape_inline
+from trainscope.render.document import Document, escape_inline
+from trainscope.render.table import Table
 from trainscope.reports.section import Section
-from trainscope.reports.stats import compare_text, fmt_spread
 from trainscope.reports.stragglers import straggler_section
-from trainscope.reports.tables import Table
 from trainscope.util.load import loaded, not_a_finding
 from trainscope.util.spread import MIN_N_TO_CLAIM, Spread, spread
 

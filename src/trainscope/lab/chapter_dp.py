@@ -23,14 +23,14 @@ from typing import Any
 
 import psutil
 
+from trainscope.analysis.stats import compare_text, fmt_spread
 from trainscope.config import available_cpus
 from trainscope.errors import TrainscopeError
 from trainscope.lab.steps import MakeContext, read_json
 from trainscope.records.jsonio import atomic_write_json
-from trainscope.reports.document import Document, escape_inline, inline_code
+from trainscope.render.document import Document, escape_inline, inline_code
+from trainscope.render.table import Table, fmt_float, fmt_rate
 from trainscope.reports.section import Section
-from trainscope.reports.stats import compare_text, fmt_spread
-from trainscope.reports.tables import Table, fmt_float, fmt_rate
 from trainscope.runtime.threads import LoadReading
 from trainscope.studies.remeasure import DEFAULT_ATTEMPTS as REMEASURE
 from trainscope.studies.remeasure import MIN_SECONDS

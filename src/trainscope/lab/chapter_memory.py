@@ -15,9 +15,9 @@ from typing import Any
 
 from trainscope.errors import TrainscopeError
 from trainscope.lab.steps import MakeContext, read_json
-from trainscope.reports.document import Document, escape_inline
+from trainscope.render.document import Document, escape_inline
+from trainscope.render.table import Table
 from trainscope.reports.section import Section
-from trainscope.reports.tables import Table
 
 BIG = ["--arch", "gpt2-xl", "--precision", "amp", "--optimizer", "adam", "--batch-size", "1",
        "--seq-len", "1024", "--world-size", "64", "--device", "cuda"]  # fmt: skip

@@ -12,16 +12,16 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
+from trainscope.analysis.cpu import load_findings
+from trainscope.analysis.stats import compare_text
 from trainscope.diagnosis.load_rule import RULE as LOAD_RULE
 from trainscope.errors import TrainscopeError
 from trainscope.lab.steps import MakeContext, read_json, read_load
 from trainscope.records.jsonio import read_json_object
 from trainscope.records.study_dir import load_study
-from trainscope.reports.cpu import load_findings
-from trainscope.reports.document import Document, Heading, escape_inline
+from trainscope.render.document import Document, Heading, escape_inline
 from trainscope.reports.quantize_section import quantize_section
 from trainscope.reports.section import Section
-from trainscope.reports.stats import compare_text
 from trainscope.reports.study_report import section_builder, study_header
 from trainscope.util.load import loaded, not_a_finding
 from trainscope.util.spread import spread

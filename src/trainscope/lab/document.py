@@ -21,11 +21,11 @@ from trainscope.lab.makers import maker
 from trainscope.lab.runner import ChapterState, LabResult
 from trainscope.lab.steps import COMMAND_LOAD, read_commands, read_load
 from trainscope.records.study_dir import load_study
-from trainscope.reports.document import Document, TableBlock, escape_inline, inline_code
-from trainscope.reports.document import write_document as write_markdown_html
-from trainscope.reports.document_latex import write_latex_document
+from trainscope.render.document import Document, TableBlock, escape_inline, inline_code
+from trainscope.render.document import write_document as write_markdown_html
+from trainscope.render.document_latex import write_latex_document
+from trainscope.render.table import LATEX_NEEDS, Table
 from trainscope.reports.section import Section
-from trainscope.reports.tables import LATEX_NEEDS, Table
 from trainscope.util.load import loaded, not_a_finding
 
 STATUS_TEXT = {

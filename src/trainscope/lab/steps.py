@@ -24,7 +24,7 @@ import psutil
 from trainscope.config import available_cpus
 from trainscope.errors import Terminated, TrainscopeError
 from trainscope.records.jsonio import MAX_RECORD_JSON_BYTES, atomic_write_json, read_json_object
-from trainscope.reports.document import Document
+from trainscope.render.document import Document
 from trainscope.reports.section import Section
 from trainscope.runtime.threads import LoadReading
 

@@ -13,7 +13,7 @@ from trainscope.diagnosis.rules import DATA_WAIT_SHARE, H2D_SHARE
 from trainscope.diagnosis.rules import EVALUATION_WALL_SHARE as EVALUATION_SHARE
 from trainscope.diagnosis.sync_rules import COMM_SHARE
 from trainscope.records.run_dir import STAGE_LABELS, STAGES
-from trainscope.reports.document import escape_inline
+from trainscope.render.document import escape_inline
 
 STEP_STAGES = ("data_wait", "h2d", "forward", "backward", "comm", "pipeline_wait", "optimizer")
 # Thresholds of the secondary rules (shares of the step or of the wall time): those the

@@ -11,9 +11,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from trainscope.reports.console import make_console, print_line, print_table
-from trainscope.reports.stats import fmt_spread
-from trainscope.reports.tables import Table, fmt_sig
+from trainscope.analysis.stats import fmt_spread
+from trainscope.render.console import make_console, print_line, print_table
+from trainscope.render.table import Table, fmt_sig
 from trainscope.util.numfmt import size_text  # noqa: F401 (re-exported)
 from trainscope.util.spread import spread
 

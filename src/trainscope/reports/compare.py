@@ -8,21 +8,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainscope.analysis.stats import compare_text, fmt_sig
 from trainscope.errors import TrainscopeError
 from trainscope.records.run_dir import STAGE_LABELS, STAGES, RunRecord, load_run, output_root
 from trainscope.records.steady_state import steady_state
-from trainscope.reports.console import make_console, print_line, print_table
-from trainscope.reports.document import Document, escape_inline, write_document
-from trainscope.reports.outdir import report_dir
-from trainscope.reports.stats import compare_text, fmt_sig
-from trainscope.reports.tables import (
-    LATEX_NEEDS,
-    WALL_DEFINITION,
-    Table,
-    fmt_pct,
-    fmt_seconds,
-    overview_table,
-)
+from trainscope.render.console import make_console, print_line, print_table
+from trainscope.render.document import Document, escape_inline, write_document
+from trainscope.render.outdir import report_dir
+from trainscope.render.table import LATEX_NEEDS, Table, fmt_pct, fmt_seconds
+from trainscope.reports.tables import WALL_DEFINITION, overview_table
 from trainscope.util.load import loaded, not_a_finding
 from trainscope.util.spread import NONE, Spread
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from trainscope.comm.cost_model import Fit
 from trainscope.comm.predict import Prediction
-from trainscope.reports.tables import MISSING, Table, fmt_bytes, fmt_sig
+from trainscope.render.table import MISSING, Table, fmt_bytes, fmt_sig
 
 FORMULA = "t(m) = α·L + β·W·m"
 

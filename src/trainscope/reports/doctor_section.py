@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from trainscope.diagnosis import diagnose_record
 from trainscope.records.run_dir import RunRecord
-from trainscope.reports.document import Document, escape_inline, inline_code
+from trainscope.render.document import Document, escape_inline, inline_code
 
 
 def doctor_section(record: RunRecord, doc: Document) -> None:

@@ -3,7 +3,7 @@
 
 Torch-free, like every report: it reads the record only. Everything from the file is
 someone else's text: table cells are escaped by the table renderers, and the prose goes
-through :func:`~trainscope.reports.document.escape_inline` / ``inline_code``.
+through :func:`~trainscope.render.document.escape_inline` / ``inline_code``.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from typing import Any
 from trainscope.errors import TrainscopeError
 from trainscope.records.jsonio import read_json_object
 from trainscope.records.run_dir import RecordWarning
-from trainscope.reports.document import Document, escape_inline, inline_code
+from trainscope.render.document import Document, escape_inline, inline_code
+from trainscope.render.table import Table, fmt_bytes, fmt_float, fmt_int, fmt_pct, fmt_seconds
 from trainscope.reports.section import Section
-from trainscope.reports.tables import Table, fmt_bytes, fmt_float, fmt_int, fmt_pct, fmt_seconds
 from trainscope.util.spread import Spread, differ, no_difference_text, spread
 
 RESULT_FILE = "quantize.json"

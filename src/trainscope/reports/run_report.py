@@ -10,7 +10,7 @@ Writes into the output directory::
 
 Built from the run record alone (``load_run``), so a report of a GPU run can be rebuilt
 on a laptop without torch or a GPU. The Markdown and HTML are two renderings of one
-:class:`~trainscope.reports.document.Document`, so they cannot drift apart.
+:class:`~trainscope.render.document.Document`, so they cannot drift apart.
 """
 
 from __future__ import annotations
@@ -22,30 +22,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trainscope.analysis.cpu import load_change_note, oversubscribed_note
+from trainscope.analysis.memory import memory_bars, memory_table
+from trainscope.analysis.timeline import load_timeline, no_timeline_reason, timeline_section
+from trainscope.analysis.trace import TRACE_FILE, write_chrome_trace
 from trainscope.records.run_dir import RunRecord, load_run
-from trainscope.reports.console import make_console, print_line, print_table, table_to_rich
-from trainscope.reports.cpu import load_change_note, oversubscribed_note
+from trainscope.render.console import make_console, print_line, print_table, table_to_rich
+from trainscope.render.document import Document, escape_inline, inline_code, write_document
+from trainscope.render.outdir import ReportFiles, default_or, report_dir
+from trainscope.render.plots import loss_curve, stage_pie
+from trainscope.render.table import LATEX_NEEDS, Table, fmt_float, latex_escape
 from trainscope.reports.doctor_section import doctor_section
-from trainscope.reports.document import Document, escape_inline, inline_code, write_document
-from trainscope.reports.memory import memory_bars, memory_table
-from trainscope.reports.outdir import ReportFiles, default_or, report_dir
-from trainscope.reports.plots import loss_curve, stage_pie
 from trainscope.reports.quantize_section import quantize_section
 from trainscope.reports.stragglers import straggler_section
 from trainscope.reports.tables import (
-    LATEX_NEEDS,
-    Table,
     attempts_table,
     epoch_table,
-    fmt_float,
-    latex_escape,
     overview_table,
     per_class_table,
     run_title,
     stage_table,
 )
-from trainscope.reports.timeline import load_timeline, no_timeline_reason, timeline_section
-from trainscope.reports.trace import TRACE_FILE, write_chrome_trace
 
 if TYPE_CHECKING:
     import rich.table

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 
 from trainscope.records.run_dir import RunRecord
 from trainscope.records.study_dir import PlannedRun, StudyRecord
-from trainscope.reports.document import Document, escape_inline
-from trainscope.reports.tables import Table
+from trainscope.render.document import Document, escape_inline
+from trainscope.render.table import Table
 
 
 @dataclass

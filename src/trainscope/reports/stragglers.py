@@ -26,8 +26,8 @@ from trainscope.diagnosis.stragglers import (
     world_size,
 )
 from trainscope.records.run_dir import RunRecord
-from trainscope.reports.document import Document, escape_inline, inline_code
-from trainscope.reports.tables import Table, fmt_pct, fmt_seconds
+from trainscope.render.document import Document, escape_inline, inline_code
+from trainscope.render.table import Table, fmt_pct, fmt_seconds
 
 # ---------------------------------------------------------------------------------------
 # Tables

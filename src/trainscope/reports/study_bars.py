@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from trainscope.reports.document import Document
-from trainscope.reports.stats import error_bar
-from trainscope.reports.study_plots import bar_plot
+from trainscope.analysis.stats import error_bar
+from trainscope.render.document import Document
+from trainscope.render.study_plots import bar_plot
 from trainscope.util.spread import Spread
 
 

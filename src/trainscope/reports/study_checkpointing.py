@@ -5,12 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from trainscope.records.study_dir import StudyRecord
-from trainscope.reports.document import Document, escape_inline
-from trainscope.reports.memory import cuda_peak, memory_of
-from trainscope.reports.plots import new_figure, plain_text_figure
-from trainscope.reports.section import Section
-from trainscope.reports.stats import (
+from trainscope.analysis.memory import cuda_peak, memory_of
+from trainscope.analysis.stats import (
     SPREAD_NOTE,
     compare_text,
     count_text,
@@ -18,8 +14,12 @@ from trainscope.reports.stats import (
     fmt_spread,
     step_ms,
 )
-from trainscope.reports.study_plots import write_figure
-from trainscope.reports.tables import Table, fmt_bytes
+from trainscope.records.study_dir import StudyRecord
+from trainscope.render.document import Document, escape_inline
+from trainscope.render.plots import new_figure, plain_text_figure
+from trainscope.render.study_plots import write_figure
+from trainscope.render.table import Table, fmt_bytes
+from trainscope.reports.section import Section
 from trainscope.util.spread import Spread, spread
 from trainscope.util.textsafe import plot_text
 

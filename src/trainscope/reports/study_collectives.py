@@ -13,9 +13,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from trainscope.analysis.stats import fmt_sig
 from trainscope.comm.cost_model import fit_sweep, fits_from_dict
 from trainscope.comm.record import planned_keys, results_by_key, wrong_results
 from trainscope.records.study_dir import StudyRecord
+from trainscope.render.document import Document, escape_inline, inline_code
+from trainscope.render.plots import new_figure, plain_text_figure
+from trainscope.render.study_plots import error_line, write_figure
 from trainscope.reports.collectives_tables import (
     example_table,
     identities_table,
@@ -23,11 +27,7 @@ from trainscope.reports.collectives_tables import (
     sweep_table,
 )
 from trainscope.reports.cost_model_tables import fit_table
-from trainscope.reports.document import Document, escape_inline, inline_code
-from trainscope.reports.plots import new_figure, plain_text_figure
 from trainscope.reports.section import Section
-from trainscope.reports.stats import fmt_sig
-from trainscope.reports.study_plots import error_line, write_figure
 from trainscope.util.spread import spread
 from trainscope.util.textsafe import plot_text
 

@@ -21,15 +21,15 @@ from __future__ import annotations
 from typing import Any
 
 from trainscope import registry
+from trainscope.analysis.stats import fmt_spread
 from trainscope.comm.cost_model import fits_from_dict, real
 from trainscope.comm.predict import GradTensors, predict
 from trainscope.config import MAX_BUCKET_MB
 from trainscope.errors import ConfigError
 from trainscope.records.study_dir import StudyRecord
-from trainscope.reports.document import Document, escape_inline
+from trainscope.render.document import Document, escape_inline
+from trainscope.render.table import MISSING, Table, fmt_sig
 from trainscope.reports.section import Section, each_config
-from trainscope.reports.stats import fmt_spread
-from trainscope.reports.tables import MISSING, Table, fmt_sig
 from trainscope.util.spread import Spread, spread
 
 GOAL = 0.15  # the issue's: within 15% of measured for the non-overlapped strategies

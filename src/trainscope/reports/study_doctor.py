@@ -8,15 +8,15 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from trainscope.analysis.cpu import load_findings
+from trainscope.analysis.stats import fmt_spread, step_losses, step_ms
 from trainscope.injections import as_arguments
 from trainscope.records.jsonio import try_json_object
 from trainscope.records.run_dir import RunRecord
 from trainscope.records.study_dir import StudyRecord
-from trainscope.reports.cpu import load_findings
-from trainscope.reports.document import Document, escape_inline, inline_code
+from trainscope.render.document import Document, escape_inline, inline_code
+from trainscope.render.table import MISSING, Table, fmt_bytes
 from trainscope.reports.section import Section, each_config
-from trainscope.reports.stats import fmt_spread, step_losses, step_ms
-from trainscope.reports.tables import MISSING, Table, fmt_bytes
 from trainscope.util.spread import Spread, differ, no_difference_text, spread
 
 BASELINE = "baseline"  # the name studies.doctor gives the run as it was

@@ -9,12 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainscope.records.run_dir import RunRecord
-from trainscope.records.study_dir import StudyRecord
-from trainscope.reports.document import Document, escape_inline
-from trainscope.reports.memory import memory_of
-from trainscope.reports.section import Section, each_config
-from trainscope.reports.stats import (
+from trainscope.analysis.memory import memory_of
+from trainscope.analysis.stats import (
     SPREAD_NOTE,
     Quality,
     compare_text,
@@ -26,8 +22,12 @@ from trainscope.reports.stats import (
     step_losses,
     step_ms,
 )
-from trainscope.reports.study_plots import loss_curves_plot
-from trainscope.reports.tables import Table, fmt_bytes, fmt_int, fmt_pct
+from trainscope.records.run_dir import RunRecord
+from trainscope.records.study_dir import StudyRecord
+from trainscope.render.document import Document, escape_inline
+from trainscope.render.study_plots import loss_curves_plot
+from trainscope.render.table import Table, fmt_bytes, fmt_int, fmt_pct
+from trainscope.reports.section import Section, each_config
 from trainscope.util.spread import NONE, Spread, spread
 
 STAGES = ("forward", "backward", "optimizer")

@@ -5,11 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from trainscope.records.study_dir import PlannedRun, StudyRecord
-from trainscope.reports.bounds import beyond, invalid_text, recorded_cores, workers_bound
-from trainscope.reports.document import Document, escape_inline
-from trainscope.reports.section import Section
-from trainscope.reports.stats import (
+from trainscope.analysis.bounds import beyond, invalid_text, recorded_cores, workers_bound
+from trainscope.analysis.stats import (
     COMPUTE_STAGES,
     SPREAD_NOTE,
     epoch_seconds,
@@ -20,8 +17,11 @@ from trainscope.reports.stats import (
     per_step_stages,
     rate,
 )
-from trainscope.reports.study_plots import per_iteration_plot, workers_sweep_plot
-from trainscope.reports.tables import Table, fmt_pct, fmt_rate
+from trainscope.records.study_dir import PlannedRun, StudyRecord
+from trainscope.render.document import Document, escape_inline
+from trainscope.render.study_plots import per_iteration_plot, workers_sweep_plot
+from trainscope.render.table import Table, fmt_pct, fmt_rate
+from trainscope.reports.section import Section
 from trainscope.util.numfmt import cores_text
 from trainscope.util.spread import (
     MIN_N_TO_CLAIM,

@@ -12,15 +12,15 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from trainscope.analysis.memory import memory_of
+from trainscope.analysis.stats import MISSING, SPREAD_NOTE, compare_text, fmt_spread, step_ms
 from trainscope.comm.cost_model import fit_for, fits_from_dict
 from trainscope.comm.pipeline import theory_bubble as pipeline_bubble
 from trainscope.comm.tensor_parallel import predict_from_summary
 from trainscope.records.study_dir import StudyRecord
-from trainscope.reports.document import Document, escape_inline
-from trainscope.reports.memory import memory_of
+from trainscope.render.document import Document, escape_inline
+from trainscope.render.table import Table, fmt_bytes
 from trainscope.reports.section import Section
-from trainscope.reports.stats import MISSING, SPREAD_NOTE, compare_text, fmt_spread, step_ms
-from trainscope.reports.tables import Table, fmt_bytes
 from trainscope.util.spread import Spread, spread
 
 

@@ -7,12 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainscope.records.run_dir import RunRecord
-from trainscope.records.study_dir import StudyRecord
-from trainscope.reports.document import Document, escape_inline
-from trainscope.reports.memory import MEMORY_NOTE, cuda_peak, memory_of
-from trainscope.reports.section import ConfigRows, Section, each_config, not_applicable_list
-from trainscope.reports.stats import (
+from trainscope.analysis.memory import MEMORY_NOTE, cuda_peak, memory_of
+from trainscope.analysis.stats import (
     QUALITY,
     SPREAD_NOTE,
     Quality,
@@ -27,10 +23,14 @@ from trainscope.reports.stats import (
     step_losses,
     task_of,
 )
+from trainscope.records.run_dir import RunRecord
+from trainscope.records.study_dir import StudyRecord
+from trainscope.render.document import Document, escape_inline
+from trainscope.render.study_plots import loss_curves_plot
+from trainscope.render.table import Table, fmt_bytes, fmt_float, fmt_rate
+from trainscope.reports.section import ConfigRows, Section, each_config, not_applicable_list
 from trainscope.reports.study_bars import Bars, BarTexts, bar_figure
-from trainscope.reports.study_plots import loss_curves_plot
 from trainscope.reports.study_system import system_figure
-from trainscope.reports.tables import Table, fmt_bytes, fmt_float, fmt_rate
 from trainscope.util.spread import Spread, differ, spread
 
 # What the bar figures say (the bars themselves are in PrecisionRows).

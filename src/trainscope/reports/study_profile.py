@@ -6,14 +6,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainscope.analysis.stats import SPREAD_NOTE, fmt_sig, fmt_spread
 from trainscope.records.run_dir import STAGE_LABELS, STAGES, RunRecord
 from trainscope.records.study_dir import StudyRecord
+from trainscope.render.document import Document, escape_inline, inline_code
+from trainscope.render.plots import stage_pie
+from trainscope.render.table import Table, fmt_pct
 from trainscope.reports.advice import STEP_STAGES, findings
-from trainscope.reports.document import Document, escape_inline, inline_code
-from trainscope.reports.plots import stage_pie
 from trainscope.reports.section import Section
-from trainscope.reports.stats import SPREAD_NOTE, fmt_sig, fmt_spread
-from trainscope.reports.tables import Table, fmt_pct
 from trainscope.util.spread import Spread, spread
 
 

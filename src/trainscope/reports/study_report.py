@@ -16,14 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from trainscope import registry
+from trainscope.analysis.cpu import load_findings, study_cpu_lines, study_load_lines
 from trainscope.records.study_dir import StudyRecord, load_study
-from trainscope.reports.console import make_console, print_line, print_table
-from trainscope.reports.cpu import load_findings, study_cpu_lines, study_load_lines
-from trainscope.reports.document import Document, escape_inline, inline_code, write_document
-from trainscope.reports.outdir import ReportFiles, default_or, report_dir
+from trainscope.render.console import make_console, print_line, print_table
+from trainscope.render.document import Document, escape_inline, inline_code, write_document
+from trainscope.render.outdir import ReportFiles, default_or, report_dir
+from trainscope.render.table import LATEX_NEEDS, Table, latex_escape
 from trainscope.reports.section import Section
 from trainscope.reports.study_script import script_sections
-from trainscope.reports.tables import LATEX_NEEDS, Table, latex_escape
 
 
 @dataclass

@@ -6,16 +6,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from trainscope.analysis.bounds import beyond, cores_bound, invalid_text, recorded_cores
+from trainscope.analysis.stats import MISSING, SPREAD_NOTE, fmt_spread, step_ms
 from trainscope.comm.cost_model import given
 from trainscope.comm.scaling import DEVICES, project
 from trainscope.records.study_dir import StudyRecord
-from trainscope.reports.bounds import beyond, cores_bound, invalid_text, recorded_cores
-from trainscope.reports.document import Document, escape_inline
-from trainscope.reports.plots import new_figure
+from trainscope.render.document import Document, escape_inline
+from trainscope.render.plots import new_figure
+from trainscope.render.study_plots import write_figure
+from trainscope.render.table import Table
 from trainscope.reports.section import Section
-from trainscope.reports.stats import MISSING, SPREAD_NOTE, fmt_spread, step_ms
-from trainscope.reports.study_plots import write_figure
-from trainscope.reports.tables import Table
 from trainscope.util.load import not_a_finding
 from trainscope.util.numfmt import cores_text
 from trainscope.util.spread import MIN_N_TO_CLAIM, Spread, differ, spread

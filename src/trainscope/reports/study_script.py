@@ -14,20 +14,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from trainscope.analysis.stats import SPREAD_NOTE, fmt_spread, per_step_stages, step_losses, step_ms
 from trainscope.records.run_dir import RunRecord
 from trainscope.records.study_dir import StudyRecord
-from trainscope.reports.document import Document, escape_inline
+from trainscope.render.document import Document, escape_inline
+from trainscope.render.table import MISSING, Table, fmt_bytes
 from trainscope.reports.section import Section, each_config, not_applicable_list
-from trainscope.reports.stats import (
-    SPREAD_NOTE,
-    fmt_spread,
-    per_step_stages,
-    step_losses,
-    step_ms,
-)
 from trainscope.reports.study_bars import Bars, BarTexts, bar_figure
 from trainscope.reports.study_doctor import verdict
-from trainscope.reports.tables import MISSING, Table, fmt_bytes
 from trainscope.util.spread import spread
 
 WHAT = {

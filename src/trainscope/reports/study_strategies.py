@@ -9,21 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from trainscope import registry
-from trainscope.records.run_dir import STAGE_LABELS, RunRecord
-from trainscope.records.study_dir import StudyRecord
-from trainscope.reports.bounds import beyond, cores_bound, invalid_text, recorded_cores
-from trainscope.reports.cpu import budget_kept, threads_per_process
-from trainscope.reports.document import Document, escape_inline
-from trainscope.reports.memory import cuda_peak, memory_of
-from trainscope.reports.plots import new_figure, plain_text_figure, stage_color
-from trainscope.reports.section import (
-    ConfigRows,
-    ConfigRuns,
-    Section,
-    each_config,
-    not_applicable_list,
-)
-from trainscope.reports.stats import (
+from trainscope.analysis.bounds import beyond, cores_bound, invalid_text, recorded_cores
+from trainscope.analysis.cpu import budget_kept, threads_per_process
+from trainscope.analysis.memory import cuda_peak, memory_of
+from trainscope.analysis.stats import (
     SPREAD_NOTE,
     TRAIN_STAGES,
     Quality,
@@ -33,10 +22,21 @@ from trainscope.reports.stats import (
     rate,
     task_of,
 )
+from trainscope.records.run_dir import STAGE_LABELS, RunRecord
+from trainscope.records.study_dir import StudyRecord
+from trainscope.render.document import Document, escape_inline
+from trainscope.render.plots import new_figure, plain_text_figure, stage_color
+from trainscope.render.study_plots import write_figure
+from trainscope.render.table import Table, fmt_bytes, fmt_rate, fmt_sig
+from trainscope.reports.section import (
+    ConfigRows,
+    ConfigRuns,
+    Section,
+    each_config,
+    not_applicable_list,
+)
 from trainscope.reports.study_bars import Bars, BarTexts, bar_figure
 from trainscope.reports.study_comm_model import comm_model_section
-from trainscope.reports.study_plots import write_figure
-from trainscope.reports.tables import Table, fmt_bytes, fmt_rate, fmt_sig
 from trainscope.util.numfmt import cores_text
 from trainscope.util.spread import Spread, differ, no_difference_text, spread
 from trainscope.util.textsafe import plot_text
@@ -259,7 +259,7 @@ def _ratios(
     """Time-per-iteration ratios of the pairs people ask about, where both ran: a ratio
     only where the two spreads do not overlap, else "no measurable difference"; a
     several-process strategy faster than one process by more than its processes (or the
-    cores) can give is an invalid measurement (reports.bounds)."""
+    cores) can give is an invalid measurement (analysis.bounds)."""
     processes = processes or {}
     pairs = [
         ("gather-scatter", "allreduce", "hand-written sync through rank 0 vs all-reduce"),

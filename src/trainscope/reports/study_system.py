@@ -9,10 +9,10 @@ from typing import Any
 
 from trainscope.records.run_dir import RunRecord
 from trainscope.records.study_dir import StudyRecord
-from trainscope.reports.document import Document, escape_inline
-from trainscope.reports.plots import new_figure
+from trainscope.render.document import Document, escape_inline
+from trainscope.render.plots import new_figure
+from trainscope.render.study_plots import write_figure
 from trainscope.reports.section import each_config
-from trainscope.reports.study_plots import write_figure
 
 # (key in system.jsonl, axis label, scale): the process's figures, on every machine.
 PANELS = (("cpu_percent", "CPU (% of one core)", 1.0), ("rss_bytes", "resident memory (MiB)",

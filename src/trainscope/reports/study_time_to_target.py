@@ -8,14 +8,14 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from trainscope.analysis.stats import SPREAD_NOTE, fmt_spread
 from trainscope.records.run_dir import RunRecord
 from trainscope.records.study_dir import PlannedRun, StudyRecord
-from trainscope.reports.document import Document, escape_inline
-from trainscope.reports.plots import new_figure
+from trainscope.render.document import Document, escape_inline
+from trainscope.render.plots import new_figure
+from trainscope.render.study_plots import write_figure
+from trainscope.render.table import Table, fmt_float
 from trainscope.reports.section import Section
-from trainscope.reports.stats import SPREAD_NOTE, fmt_spread
-from trainscope.reports.study_plots import write_figure
-from trainscope.reports.tables import Table, fmt_float
 from trainscope.util.load import load_of, loaded, not_a_finding
 from trainscope.util.spread import Spread, differ, spread
 from trainscope.util.textsafe import plot_text

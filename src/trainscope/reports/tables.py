@@ -1,17 +1,15 @@
-"""Tables built from a run summary, rendered as Markdown, HTML or LaTeX (booktabs).
+"""Tables built from a run summary (the report's, the console's end-of-run summary).
 
 Everything here is a pure function of the run record's dictionaries: no torch, no
-training code, no file I/O. Cells are formatted to strings when a table is built, so the
-Markdown, HTML, LaTeX and console renderings of one table always show the same digits.
+training code, no file I/O.
 """
 
 from __future__ import annotations
 
-import math
-import re
-from dataclasses import dataclass, field
 from typing import Any
 
+from trainscope.analysis.cpu import cpu_rows
+from trainscope.analysis.memory import MEMORY_COMPONENTS
 from trainscope.records.run_dir import STAGE_LABELS, STAGES
 from trainscope.records.source import (
     SCRIPT_WALL,
@@ -20,196 +18,19 @@ from trainscope.records.source import (
     script_argv,
     stage_labels,
 )
-
-# Every number with significant digits is written by this one function: plain digits,
-# never an exponent (1670, not 1.67e+03).
-from trainscope.reports.cpu import cpu_rows
-
-# MISSING (an en dash) is shown wherever a value is missing or null; LATEX_NEEDS and
-# LATEX_PACKAGES name what a .tex file of these tables needs in its preamble.
-from trainscope.reports.latex_layout import (  # noqa: F401 (re-exported)
-    LATEX_NEEDS,
-    LATEX_PACKAGES,
+from trainscope.render.table import (
     MISSING,
-    TEXTWIDTH_EM,
-    table_to_latex,
+    Table,
+    cell_text,
+    fmt_bytes,
+    fmt_float,
+    fmt_int,
+    fmt_pct,
+    fmt_rate,
+    fmt_seconds,
+    is_number,
 )
-from trainscope.util.numfmt import fmt_bytes as fmt_bytes
 from trainscope.util.numfmt import fmt_sig
-
-# The escapers live in trainscope.util.textsafe, one per output format; latex_escape is
-# re-exported here, where table code has always found it.
-from trainscope.util.textsafe import html_text, markdown_text
-from trainscope.util.textsafe import latex_escape as latex_escape
-
-# ---------------------------------------------------------------------------------------
-# Number formatting
-# ---------------------------------------------------------------------------------------
-
-
-def _is_number(x: Any) -> bool:
-    # bool is an int subclass but never a measurement.
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
-
-
-def fmt_seconds(x: Any) -> str:
-    """Seconds with 3 decimals; tiny non-zero values keep 4 significant digits.
-
-    A stage of 0.00004 s would otherwise read as "0.000" and look unmeasured.
-    Negative values (``other`` on asynchronous GPU runs) are shown as they are.
-    """
-    if not _is_number(x) or not math.isfinite(x):
-        return MISSING
-    if x != 0 and abs(x) < 0.0005:
-        decimals = min(3 - math.floor(math.log10(abs(x))), 9)
-        return f"{x:.{decimals}f}"
-    return f"{x:.3f}"
-
-
-def fmt_pct(fraction: Any, digits: int = 1) -> str:
-    """A fraction as a percentage: ``0.1234`` -> ``"12.3%"``."""
-    if not _is_number(fraction) or not math.isfinite(fraction):
-        return MISSING
-    return f"{100.0 * fraction:.{digits}f}%"
-
-
-def fmt_float(x: Any, digits: int = 4) -> str:
-    """A plain float with fixed decimals (losses); missing/non-finite -> en dash or nan."""
-    if not _is_number(x):
-        return MISSING
-    if not math.isfinite(x):
-        return str(x)  # a nan/inf loss is a finding, not a missing value
-    return f"{x:.{digits}f}"
-
-
-def fmt_rate(x: Any) -> str:
-    """Throughput: thousands separators, no decimals above 100/s."""
-    if not _is_number(x) or not math.isfinite(x):
-        return MISSING
-    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.1f}"
-
-
-def fmt_int(x: Any) -> str:
-    """An integer with thousands separators."""
-    if not _is_number(x):
-        return MISSING
-    return f"{int(x):,}"
-
-
-def _text(x: Any) -> str:
-    if x is None or x == "":
-        return MISSING
-    return str(x)
-
-
-# ---------------------------------------------------------------------------------------
-# Table model and renderers
-# ---------------------------------------------------------------------------------------
-
-# Looks like a formatted number: "1,234.5", "-0.012", "12.3%", "333.8 MiB", "44,426".
-_NUMERIC = re.compile(r"^[-+]?[\d,]*\.?\d+(e[-+]?\d+)?\s*(%|[KMGT]i?B|B|s)?$")
-
-
-@dataclass
-class Table:
-    """A small rectangular table: header, rows of cells, caption and label.
-
-    ``align`` holds one ``l``/``r`` per column; when None, the first column is left
-    aligned and every other column is right aligned if all its cells look numeric.
-    """
-
-    columns: list[str]
-    rows: list[list[object]] = field(default_factory=list)
-    caption: str = ""
-    label: str = ""
-    align: str | None = None
-
-    def cells(self) -> list[list[str]]:
-        """Rows as display strings (None -> en dash)."""
-        return [[_text(c) for c in row] for row in self.rows]
-
-    def alignment(self) -> str:
-        """The effective per-column alignment string, e.g. ``"lrr"``."""
-        if self.align is not None:
-            if len(self.align) != len(self.columns) or set(self.align) - {"l", "r"}:
-                raise ValueError(f"align {self.align!r} does not fit {len(self.columns)} columns")
-            return self.align
-        out = []
-        cells = self.cells()
-        for j in range(len(self.columns)):
-            col = [r[j] for r in cells if j < len(r) and r[j] != MISSING]
-            numeric = j > 0 and bool(col) and all(_NUMERIC.match(c) for c in col)
-            out.append("r" if numeric else "l")
-        return "".join(out)
-
-    def to_markdown(self) -> str:
-        """A GitHub pipe table; right-aligned columns use ``---:``."""
-        align = self.alignment()
-        # Cells are literal text: no tag, link or code span, no "|" ending the cell.
-        header = [markdown_text(c) for c in self.columns]
-        body = [[markdown_text(c) for c in row] for row in self.cells()]
-        widths = [
-            max([len(header[j]), 3] + [len(r[j]) for r in body if j < len(r)])
-            for j in range(len(header))
-        ]
-
-        def line(cells: list[str]) -> str:
-            padded = [
-                c.rjust(w) if a == "r" else c.ljust(w) for c, w, a in zip(cells, widths, align)
-            ]
-            return "| " + " | ".join(padded) + " |"
-
-        rule = (
-            "| "
-            + " | ".join(
-                "-" * (w - 1) + ":" if a == "r" else ":" + "-" * (w - 1)
-                for w, a in zip(widths, align)
-            )
-            + " |"
-        )
-        return "\n".join([line(header), rule, *(line(r) for r in body)]) + "\n"
-
-    def to_html(self) -> str:
-        """An HTML ``<table>`` with caption; alignment as in :meth:`alignment`.
-
-        Alignment is an inline style on every cell (not a class), so the fragment keeps
-        its right-aligned numbers when pasted into a page without our stylesheet.
-        """
-        align = ["right" if a == "r" else "left" for a in self.alignment()]
-
-        def row(tag: str, cells: list[str]) -> str:
-            tds = "".join(
-                f'<{tag} style="text-align: {a}">{html_text(c)}</{tag}>'
-                for c, a in zip(cells, align)
-            )
-            return f"<tr>{tds}</tr>"
-
-        # Labels are identifiers ("tab:run-stages"); ids keep the same readable form.
-        ident = re.sub(r"[^A-Za-z0-9_-]", "-", self.label)
-        lines = [f'<table id="{ident}">' if ident else "<table>"]
-        if self.caption:
-            lines.append(f"<caption>{html_text(self.caption)}</caption>")
-        lines += ["<thead>", row("th", self.columns), "</thead>", "<tbody>"]
-        lines += [row("td", r) for r in self.cells()]
-        lines += ["</tbody>", "</table>"]
-        return "\n".join(lines) + "\n"
-
-    def to_latex(self, *, line_em: float = TEXTWIDTH_EM, placement: str = "ht") -> str:
-        """The table as LaTeX with booktabs rules, sized to fit a line ``line_em`` wide
-        (em of 10pt text; the default article's, where a tables.tex goes, by default).
-
-        Nothing is scaled (scaled print soon gets too small to read): the table's width
-        is estimated from the glyphs of its cells and it is set to fit, in a smaller
-        font (\\footnotesize at the smallest), its long headers stacked, its columns
-        closer, its text columns wrapped (``p{}``) or split into parts (the first column
-        repeated), as that needs. A table of up to :data:`LONG_TABLE_ROWS` rows is a
-        ``table`` float (``placement``: ``"ht"``; a document that keeps tables where
-        they stand passes ``"H"``, which needs the float package); a longer one is a
-        ``longtable`` that breaks across pages and repeats its header. The file needs
-        :data:`LATEX_PACKAGES` (the header comment :data:`LATEX_NEEDS` says so).
-        """
-        return table_to_latex(self, line_em=line_em, placement=placement)
-
 
 # ---------------------------------------------------------------------------------------
 # Tables from a summary
@@ -250,7 +71,7 @@ def _parameters(summary: dict[str, Any]) -> str:
     """Total parameters, and how many were trained where the workload froze some (LoRA)."""
     info = summary.get("workload_info") or {}
     trainable, total = info.get("trainable_parameters"), info.get("total_parameters")
-    if _is_number(trainable) and _is_number(total) and total:
+    if is_number(trainable) and is_number(total) and total:
         return (
             f"{fmt_int(trainable)} trainable of {fmt_int(total)} ({fmt_pct(trainable / total, 2)})"
         )
@@ -260,7 +81,7 @@ def _parameters(summary: dict[str, Any]) -> str:
 def _process_time(summary: dict[str, Any]) -> str:
     """Process time including start-up, or why it is not this run's own."""
     proc = summary.get("process") or {}
-    if not _is_number(proc.get("time_s")):
+    if not is_number(proc.get("time_s")):
         return MISSING
     before = proc.get("runs_before") or 0
     if before:
@@ -278,7 +99,7 @@ def _steady_rows(summary: dict[str, Any]) -> list[list[object]]:
     rows: list[list[object]] = [
         ["Warm-up steps (apart)", f"{fmt_int(k)} ({fmt_seconds(st.get('warmup_time_s'))} s)"]
     ]
-    if _is_number(step.get("median")):
+    if is_number(step.get("median")):
         ms = 1e3 * step["median"]
         low, high = fmt_sig(1e3 * step["low"]), fmt_sig(1e3 * step["high"])
         spread = f"{step.get('kind', 'IQR')} {low}–{high}, n={fmt_int(st.get('steps'))}"
@@ -287,12 +108,12 @@ def _steady_rows(summary: dict[str, Any]) -> list[list[object]]:
         rows.append(["Step time, steady (ms)", f"{fmt_sig(ms)} ({spread})"])
         rows.append(["Samples/s, steady", fmt_rate(st.get("samples_per_s"))])
     elif st.get("note"):
-        rows.append(["Step time, steady (ms)", _text(st["note"])])
+        rows.append(["Step time, steady (ms)", cell_text(st["note"])])
     return rows
 
 
 def _mfu(summary: dict[str, Any]) -> str:
-    if _is_number(summary.get("mfu")):
+    if is_number(summary.get("mfu")):
         return fmt_pct(summary["mfu"], 2)
     return f"n/a ({summary['mfu_note']})" if summary.get("mfu_note") else MISSING
 
@@ -305,13 +126,13 @@ def stage_table(summary: dict[str, Any]) -> Table:
     """
     stages = summary.get("stages_s") or {}
     wall = summary.get("wall_time_s")
-    has_wall = _is_number(wall) and wall > 0
+    has_wall = is_number(wall) and wall > 0
     names = [s for s in STAGES if s in stages] + [s for s in stages if s not in STAGES]
     labels = stage_labels(summary, STAGE_LABELS)
     rows: list[list[object]] = []
     for name in names:
         secs = stages[name]
-        share = secs / wall if has_wall and _is_number(secs) else None
+        share = secs / wall if has_wall and is_number(secs) else None
         rows.append([labels.get(name, name), fmt_seconds(secs), fmt_pct(share)])
     if rows or has_wall:
         rows.append(["total (wall)", fmt_seconds(wall), fmt_pct(1.0 if has_wall else None)])
@@ -330,7 +151,7 @@ def epoch_table(summary: dict[str, Any]) -> Table:
     for ep in summary.get("epochs") or []:
         rows.append(
             [
-                _text(ep.get("epoch")),
+                cell_text(ep.get("epoch")),
                 fmt_float(ep.get("train_loss")),
                 fmt_float(ep.get("val_loss")),
                 fmt_pct(ep.get("val_accuracy"), 2),
@@ -356,18 +177,18 @@ def attempts_table(summary: dict[str, Any]) -> Table:
             continue
         start = a.get("from_step") or 0
         inside = a.get("epoch_step") or 0
-        where = "the beginning" if not a.get("checkpoint") else f"step {_text(start)}"
+        where = "the beginning" if not a.get("checkpoint") else f"step {cell_text(start)}"
         if a.get("checkpoint"):
-            where += f" (epoch {_text(a.get('from_epoch'))}"
-            where += f" + {_text(inside)} steps)" if inside else " end)"
+            where += f" (epoch {cell_text(a.get('from_epoch'))}"
+            where += f" + {cell_text(inside)} steps)" if inside else " end)"
         rows.append(
             [
-                _text(a.get("attempt")),
-                _text(a.get("started_at")),
+                cell_text(a.get("attempt")),
+                cell_text(a.get("started_at")),
                 where if a.get("attempt") != 1 else "the beginning",
-                _text(a.get("by") or "run"),
-                _text(a.get("ended") or "running"),
-                _text(a.get("steps_redone") if a.get("attempt") != 1 else "–"),
+                cell_text(a.get("by") or "run"),
+                cell_text(a.get("ended") or "running"),
+                cell_text(a.get("steps_redone") if a.get("attempt") != 1 else "–"),
             ]
         )
     return Table(
@@ -411,14 +232,6 @@ def _env_get(env: dict[str, Any], *names: str) -> Any:
 
 
 # The components of a run's ``memory`` section, in the order they are shown.
-MEMORY_COMPONENTS = (
-    ("parameters_bytes", "parameters"),
-    ("gradients_bytes", "gradients"),
-    ("optimizer_states_bytes", "optimizer states"),
-    ("activations_bytes", "activations"),
-)
-
-
 def _memory_rows(summary: dict[str, Any]) -> list[list[object]]:
     """Overview rows of the counted memory (tensor bytes), where the run has them."""
     mem = summary.get("memory")
@@ -429,7 +242,7 @@ def _memory_rows(summary: dict[str, Any]) -> list[list[object]]:
     ]
     policy = (mem.get("checkpointing") or {}).get("policy")
     if policy and policy != "none":
-        rows.append(["Activation checkpointing", _text(policy)])
+        rows.append(["Activation checkpointing", cell_text(policy)])
     return rows
 
 
@@ -445,13 +258,13 @@ def _scheduler_rows(sched: Any) -> list[list[object]]:
     if sched.get("job_id"):
         text += f" job {sched['job_id']}"
     tasks, nnodes = sched.get("tasks"), sched.get("nnodes")
-    if _is_number(tasks) and _is_number(nnodes):
+    if is_number(tasks) and is_number(nnodes):
         text += f": {int(tasks)} task(s) on {int(nnodes)} node(s)"
     nodes = [str(n) for n in sched.get("nodes") or []]
     if nodes:
-        more = f" and {int(nnodes) - 3} more" if _is_number(nnodes) and nnodes > 3 else ""
+        more = f" and {int(nnodes) - 3} more" if is_number(nnodes) and nnodes > 3 else ""
         text += f" ({', '.join(nodes[:3])}{more})"
-    return [["Scheduler", _text(text)]]
+    return [["Scheduler", cell_text(text)]]
 
 
 def _optimizer_rows(opt: Any) -> list[list[object]]:
@@ -468,7 +281,7 @@ def _optimizer_rows(opt: Any) -> list[list[object]]:
     if muon.get("newton_schulz"):
         steps = muon.get("newton_schulz_steps")
         times = f", {fmt_int(steps)} iterations" if isinstance(steps, int) else ""
-        parts.append(f"Newton-Schulz in {_text(muon['newton_schulz'])}{times}")
+        parts.append(f"Newton-Schulz in {cell_text(muon['newton_schulz'])}{times}")
     return [["Optimizer", "; ".join(parts)]]
 
 
@@ -477,12 +290,12 @@ def _target_rows(target: Any) -> list[list[object]]:
     that it was not and the best figure reached; a time limit that ended the run."""
     if not isinstance(target, dict):
         return []
-    text = _text(target.get("target"))
+    text = cell_text(target.get("target"))
     best = target.get("best") if isinstance(target.get("best"), dict) else {}
     if target.get("reached") is True:
         proc = target.get("process_time_s")
         since = (
-            f", {fmt_seconds(proc)} s since the process started" if _is_number(proc)
+            f", {fmt_seconds(proc)} s since the process started" if is_number(proc)
             else " (process time: not this run's own)"
         )  # fmt: skip
         value = (f"{text} met at step {fmt_int(target.get('step'))} "
@@ -501,7 +314,7 @@ def _target_rows(target: Any) -> list[list[object]]:
     else:
         return []
     every = target.get("eval_every_steps")
-    if _is_number(every):
+    if is_number(every):
         value += f"; evaluated every {fmt_int(every)} steps"
     return [["Target", value]]
 
@@ -520,10 +333,10 @@ def _script_rows(summary: dict[str, Any], rows: list[list[object]]) -> list[list
     kept = [r for r in rows if r[0] not in _NOT_FOR_SCRIPTS]
     script = summary.get("script") if isinstance(summary.get("script"), dict) else {}
     counts = script.get("optimizer_steps") if isinstance(script, dict) else None
-    steps = ", ".join(f"{_text(k)} {fmt_int(v)}" for k, v in counts.items()) if isinstance(
+    steps = ", ".join(f"{cell_text(k)} {fmt_int(v)}" for k, v in counts.items()) if isinstance(
         counts, dict) else MISSING  # fmt: skip
     injected = _injected(summary)
-    return [[kept[0][0], kept[0][1]], ["Script", _text(script_argv(summary))],
+    return [[kept[0][0], kept[0][1]], ["Script", cell_text(script_argv(summary))],
             *([["Injected", injected]] if injected else []),
             *kept[1:], ["Optimizer steps", steps or MISSING]]  # fmt: skip
 
@@ -560,13 +373,13 @@ def overview_table(summary: dict[str, Any], env: dict[str, Any] | None = None) -
     status = summary.get("status")
     last = (summary.get("epochs") or [{}])[-1]
     rows: list[list[object]] = [
-        ["Status", _text(status)],
-        ["Workload", _text(summary.get("workload"))],
-        ["Model", _text(summary.get("model"))],
+        ["Status", cell_text(status)],
+        ["Workload", cell_text(summary.get("workload"))],
+        ["Model", cell_text(summary.get("model"))],
         ["Parameters", _parameters(summary)],
         ["Strategy", _strategy(summary)],
-        ["Device", _text(device)],
-        ["Precision", _text(summary.get("precision"))],
+        ["Device", cell_text(device)],
+        ["Precision", cell_text(summary.get("precision"))],
         ["Loader", _loader(summary)],
         ["Test accuracy", fmt_pct(summary.get("test_accuracy"), 2)],
         ["Test loss", fmt_float(summary.get("test_loss"))],
@@ -584,8 +397,8 @@ def overview_table(summary: dict[str, Any], env: dict[str, Any] | None = None) -
         ["Peak memory", peak],
         *_memory_rows(summary),
         ["Skipped steps", fmt_int(summary.get("skipped_steps"))],
-        ["Timing mode", _text(summary.get("timing_mode"))],
-        ["torch", _text(_env_get(env, "torch", "torch_version"))],
+        ["Timing mode", cell_text(summary.get("timing_mode"))],
+        ["torch", cell_text(_env_get(env, "torch", "torch_version"))],
     ]
     # Provenance that only some runs have: shown when present, not as rows of dashes.
     optional = [
@@ -597,16 +410,16 @@ def overview_table(summary: dict[str, Any], env: dict[str, Any] | None = None) -
     # Facts of multi-process and sequence runs, also only where they apply.
     if summary.get("peak_memory_bytes_max_rank") is not None:
         rows.append(["Peak memory, largest rank", fmt_bytes(summary["peak_memory_bytes_max_rank"])])
-    if _is_number(summary.get("tokens_per_s")):
+    if is_number(summary.get("tokens_per_s")):
         rows.append(["Tokens/s", fmt_rate(summary["tokens_per_s"])])
     test_metrics = summary.get("test_metrics") or {}
     for key, label in (("mse", "Test MSE"), ("mae", "Test MAE"), ("r2", "Test R^2")):
-        if _is_number(test_metrics.get(key)):  # a regression workload's figures
+        if is_number(test_metrics.get(key)):  # a regression workload's figures
             rows.append([label, fmt_float(test_metrics[key])])
-    if _is_number(last.get("perplexity")):
+    if is_number(last.get("perplexity")):
         rows.append(["Val perplexity (last epoch)", fmt_float(last["perplexity"])])
     system = summary.get("system") or {}
-    if _is_number(system.get("cpu_percent_mean")):
+    if is_number(system.get("cpu_percent_mean")):
         rows.append(["CPU use (mean)", f"{system['cpu_percent_mean']:.0f}%"])
     rows += cpu_rows(summary)  # threads, other load, oversubscribed or not
     rows += _scheduler_rows(summary.get("scheduler"))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainscope.reports.tables import fmt_bytes, fmt_float, fmt_pct, fmt_seconds
+from trainscope.render.table import fmt_bytes, fmt_float, fmt_pct, fmt_seconds
 from trainscope.util.textsafe import one_line
 
 

@@ -13,9 +13,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trainscope.analysis.cpu import load_change_note, oversubscribed_note
 from trainscope.records.jsonio import try_json_object
-from trainscope.reports.console import print_line, print_summary
-from trainscope.reports.cpu import load_change_note, oversubscribed_note
+from trainscope.render.console import print_line
+from trainscope.reports.console import print_summary
 from trainscope.util.numfmt import fmt_sig
 from trainscope.util.textsafe import rich_text, terminal_text
 

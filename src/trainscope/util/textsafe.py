@@ -224,6 +224,6 @@ def plot_text(text: Any) -> str:
     An unescaped ``$`` pair would switch matplotlib into mathtext (``$\\invalid$``
     raises when drawn); ``\\$`` is a literal dollar and, with no unescaped ``$`` left,
     backslashes stay literal. Control characters are shown as escapes. (LaTeX rendering,
-    ``text.usetex``, must be off as well: see ``trainscope.reports.plots``.)
+    ``text.usetex``, must be off as well: see ``trainscope.render.plots``.)
     """
     return terminal_text(text, newlines=True).replace("$", r"\$")

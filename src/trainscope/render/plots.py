@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 from trainscope.records.attempts import resumes
 from trainscope.records.run_dir import STAGE_LABELS, STAGES, RunRecord
 from trainscope.records.source import stage_labels
-from trainscope.reports.tables import fmt_pct, fmt_seconds
+from trainscope.render.table import fmt_pct, fmt_seconds
 from trainscope.util.textsafe import plot_text
 
 P = ParamSpec("P")

@@ -1,4 +1,4 @@
-"""A report :class:`~trainscope.reports.document.Document` as a standalone LaTeX article.
+"""A report :class:`~trainscope.render.document.Document` as a standalone LaTeX article.
 
 :func:`document_to_latex` renders the same blocks as ``to_markdown`` and ``to_html``;
 :func:`write_latex_document` writes ``report.tex`` and, where ``pdflatex`` is on PATH,
@@ -14,11 +14,11 @@ page. Code is escaped text, not a verbatim environment: no input can end the blo
 
 Tables and figures stand where they are in the text, between two paragraphs (a table is
 a ``[H]`` float, a figure a box), so no paragraph is broken around one; a table is sized
-to the page's line (see :mod:`trainscope.reports.latex_layout`), never scaled.
+to the page's line (see :mod:`trainscope.render.latex_layout`), never scaled.
 
 The preamble uses only packages of TeX Live's latex-base and latex-recommended:
 fontenc, inputenc, textcomp, geometry, graphicx (figures), float (``[H]``) and what the
-tables need (:data:`~trainscope.reports.tables.LATEX_PACKAGES`: booktabs, longtable).
+tables need (:data:`~trainscope.render.table.LATEX_PACKAGES`: booktabs, longtable).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from trainscope.errors import TrainscopeError
-from trainscope.reports.document import (
+from trainscope.render.document import (
     Block,
     Bullets,
     CodeBlock,
@@ -50,7 +50,7 @@ from trainscope.reports.document import (
     _Text,
     unique_labels,
 )
-from trainscope.reports.tables import LATEX_PACKAGES
+from trainscope.render.table import LATEX_PACKAGES
 from trainscope.util.textsafe import latex_escape, one_line
 
 __all__ = ["document_to_latex", "write_latex_document"]

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from tests.reports.runs import PNG_MAGIC
-from trainscope.reports.document import Document, escape_inline, write_document
-from trainscope.reports.tables import Table
+from trainscope.render.document import Document, escape_inline, write_document
+from trainscope.render.table import Table
 
 # Text that is markup in Markdown or HTML and must come out literally in both.
 TRICKY = "a_b_c <i>x</i> [link](http://e.com) #1 | 50% & co ~~s~~ &amp; \\n"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from trainscope.reports.study_plots import (
+from trainscope.render.study_plots import (
     COMPUTE_LABEL,
     FAST_PATH_LABEL,
     bar_plot,
@@ -139,7 +139,7 @@ def test_loss_curves_mark_non_finite(tmp_path: Path) -> None:
 def test_loss_curves_y_scale(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, losses: list[float], scale: str
 ) -> None:
-    import trainscope.reports.study_plots as study_plots
+    import trainscope.render.study_plots as study_plots
 
     figures = []
     original = study_plots.write_figure
@@ -196,14 +196,14 @@ def test_bar_plot_nothing_to_draw_and_length_mismatch(tmp_path: Path) -> None:
 
 def test_module_imports_neither_torch_nor_matplotlib() -> None:
     code = (
-        "import trainscope.reports.study_plots, sys; "
+        "import trainscope.render.study_plots, sys; "
         "assert 'torch' not in sys.modules and 'matplotlib' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
 def test_running_mean_is_centred_and_shrinks_at_the_ends() -> None:
-    from trainscope.reports.study_plots import running_mean, smoothing_window
+    from trainscope.render.study_plots import running_mean, smoothing_window
 
     assert running_mean([1.0, 2.0, 3.0, 4.0, 5.0], 3) == [1.5, 2.0, 3.0, 4.0, 4.5]
     assert smoothing_window(100) == 1

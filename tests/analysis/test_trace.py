@@ -9,15 +9,15 @@ from typing import Any
 
 import pytest
 
-from tests.reports.test_timeline import write_run_dir
-from trainscope.records.run_dir import load_run
-from trainscope.reports.trace import (
+from tests.analysis.test_timeline import write_run_dir
+from trainscope.analysis.trace import (
     TID_OUTSIDE,
     TID_STEPS,
     chrome_trace,
     thread_id,
     write_chrome_trace,
 )
+from trainscope.records.run_dir import load_run
 
 
 def _reject_constant(name: str) -> Any:

@@ -16,10 +16,10 @@ import pytest
 
 from tests.reports.latex import fit_problems
 from trainscope.errors import TrainscopeError
-from trainscope.reports import document_latex
-from trainscope.reports.document import Document, escape_inline, inline_code
-from trainscope.reports.document_latex import document_to_latex, write_latex_document
-from trainscope.reports.tables import Table
+from trainscope.render import document_latex
+from trainscope.render.document import Document, escape_inline, inline_code
+from trainscope.render.document_latex import document_to_latex, write_latex_document
+from trainscope.render.table import Table
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -9,7 +9,7 @@ the smallest); any of its widest columns wrapped (numbers stay right-aligned, a 
 wraps before its range); split into parts of as many columns as fit, the first (label)
 column repeated. No word is broken but a name wider than a part. A short table is a
 float (one taller than a page is a longtable instead), a long one a ``longtable`` that
-breaks across pages. :meth:`trainscope.reports.tables.Table.to_latex` is the entry point.
+breaks across pages. :meth:`trainscope.render.table.Table.to_latex` is the entry point.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from trainscope.util.textsafe import latex_escape, one_line
 
 
 class Table(Protocol):
-    """What the layout needs of a :class:`trainscope.reports.tables.Table` (a protocol,
+    """What the layout needs of a :class:`trainscope.render.table.Table` (a protocol,
     so that this module need not import the one that imports it)."""
 
     columns: Sequence[str]

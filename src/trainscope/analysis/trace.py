@@ -17,9 +17,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from trainscope.records.jsonio import atomic_write_text, dumps, finite
-from trainscope.records.run_dir import STAGES, RunRecord
-from trainscope.reports.timeline import (
+from trainscope.analysis.timeline import (
     CHUNK_KINDS,
     SCHEDULED_STAGES,
     RankTimeline,
@@ -27,6 +25,8 @@ from trainscope.reports.timeline import (
     load_timeline,
     no_timeline_reason,
 )
+from trainscope.records.jsonio import atomic_write_text, dumps, finite
+from trainscope.records.run_dir import STAGES, RunRecord
 
 # What the trace is called next to a report (the lead decides where it is written).
 TRACE_FILE = "trace.json"

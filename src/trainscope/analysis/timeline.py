@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 from trainscope.errors import TrainscopeError
 from trainscope.records.run_dir import STAGE_LABELS, STAGES, RunRecord, load_run
-from trainscope.reports.document import Document, escape_inline
-from trainscope.reports.plots import (
+from trainscope.render.document import Document, escape_inline
+from trainscope.render.plots import (
     new_figure,
     plain_text_figure,
     run_heading,

@@ -17,15 +17,15 @@ import numpy as np
 import pytest
 
 from tests.reports.runs import assert_png
-from trainscope.records.run_dir import load_run
-from trainscope.reports.document import Document, Figure, Heading, Note, Paragraph
-from trainscope.reports.timeline import (
+from trainscope.analysis.timeline import (
     MAX_DRAWN_RANKS,
     _occupancy,
     load_timeline,
     timeline_figure,
     timeline_section,
 )
+from trainscope.records.run_dir import load_run
+from trainscope.render.document import Document, Figure, Heading, Note, Paragraph
 
 # The wall-clock time of rank 0's origin in the synthetic runs.
 U0 = 1_700_000_000.0
@@ -197,7 +197,7 @@ def test_two_ranks_draw_one_row_each_on_a_shared_axis(tmp_path: Path) -> None:
 def test_checkpoints_are_spans_on_the_timeline_and_drawn(tmp_path: Path) -> None:
     import matplotlib.pyplot as plt
 
-    from trainscope.reports.timeline import _draw_stage_row
+    from trainscope.analysis.timeline import _draw_stage_row
 
     run = write_run_dir(tmp_path, steps=20, epochs=2, checkpoint_s=0.2)
     timeline = load_timeline(run)
@@ -335,7 +335,7 @@ def test_twenty_thousand_steps_draw_in_seconds(tmp_path: Path) -> None:
 
 
 def test_a_pipeline_steps_microbatches_are_read_and_bad_ones_skipped() -> None:
-    from trainscope.reports.timeline import Chunk, _chunks
+    from trainscope.analysis.timeline import Chunk, _chunks
 
     raw = [
         ["F", 0, 1, 0.5, 0.75],
@@ -355,7 +355,7 @@ def test_a_pipeline_steps_microbatches_are_read_and_bad_ones_skipped() -> None:
 
 
 def test_a_pipeline_steps_forward_and_backward_are_drawn_where_its_microbatches_ran() -> None:
-    from trainscope.reports.timeline import Chunk, Step, _stage_intervals
+    from trainscope.analysis.timeline import Chunk, Step, _stage_intervals
 
     step = Step(
         step=1, epoch=1, t=10.0,

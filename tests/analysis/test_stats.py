@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from trainscope.records.run_dir import RunRecord
-from trainscope.reports.stats import (
+from trainscope.analysis.stats import (
     compare_text,
     epoch_seconds,
     fmt_mean_std,
@@ -23,7 +22,8 @@ from trainscope.reports.stats import (
     per_step_stages,
     step_losses,
 )
-from trainscope.reports.tables import MISSING, fmt_bytes, fmt_int, fmt_rate, fmt_seconds
+from trainscope.records.run_dir import RunRecord
+from trainscope.render.table import MISSING, fmt_bytes, fmt_int, fmt_rate, fmt_seconds
 from trainscope.util.spread import spread
 
 pytestmark = pytest.mark.timeout(60)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainscope.records.run_dir import RunRecord
-from trainscope.reports.tables import MISSING, fmt_float, fmt_pct, fmt_sig
+from trainscope.render.table import MISSING, fmt_float, fmt_pct, fmt_sig
 from trainscope.util.spread import Spread, differ, finite, no_difference_text
 
 TRAIN_STAGES = ("data_wait", "h2d", "forward", "backward", "comm", "pipeline_wait", "optimizer")

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from trainscope.reports.plots import new_figure, plain_text_figure, save_figure
-from trainscope.reports.tables import MEMORY_COMPONENTS, Table, fmt_bytes, fmt_pct
+from trainscope.render.plots import new_figure, plain_text_figure, save_figure
+from trainscope.render.table import Table, fmt_bytes, fmt_pct
 from trainscope.util.textsafe import plot_text
 
 _COLORS = {
@@ -29,6 +29,13 @@ MEMORY_NOTE = (
     "Activations and model states (parameters, gradients, optimizer states): tensor bytes "
     "counted on one training step of each run, its own even where runs shared a process; "
     "CUDA peak: max_memory_allocated, on a GPU only."
+)
+
+MEMORY_COMPONENTS = (  # the summary's memory keys and how reports name them
+    ("parameters_bytes", "parameters"),
+    ("gradients_bytes", "gradients"),
+    ("optimizer_states_bytes", "optimizer states"),
+    ("activations_bytes", "activations"),
 )
 
 

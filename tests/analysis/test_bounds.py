@@ -1,5 +1,5 @@
 """Speed-ups beyond what physics allows are reported as invalid measurements, never as
-findings (reports.bounds, and the study reports that use it)."""
+findings (analysis.bounds, and the study reports that use it)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from tests.reports.test_honest_numbers import Planted, report_of
+from trainscope.analysis.bounds import beyond, cores_bound, invalid_text, speedup_floor
 from trainscope.config import from_dict
-from trainscope.reports.bounds import beyond, cores_bound, invalid_text, speedup_floor
 from trainscope.studies import scaling
 from trainscope.util.spread import spread
 

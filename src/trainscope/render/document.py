@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import quote
 
-from trainscope.reports.tables import Table
+from trainscope.render.table import Table
 from trainscope.util.textsafe import html_text, markdown_code_span, markdown_text, terminal_text
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

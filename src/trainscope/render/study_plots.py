@@ -1,6 +1,6 @@
 """Figures for study reports, drawn from plain data (numbers and labels, no run records).
 
-Same conventions as :mod:`trainscope.reports.plots`: matplotlib is imported inside the
+Same conventions as :mod:`trainscope.render.plots`: matplotlib is imported inside the
 functions (importing this module stays light and never pulls in torch), figures live on
 an Agg canvas, and every function writes a PNG plus an SVG with the same stem and returns
 the paths written, or [] when there is nothing to draw.
@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainscope.reports.plots import new_figure, plain_text_figure, save_figure, stage_color
+from trainscope.render.plots import new_figure, plain_text_figure, save_figure, stage_color
 from trainscope.util.numfmt import fmt_sig
 from trainscope.util.textsafe import plot_text
 
