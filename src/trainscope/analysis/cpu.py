@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainscope.records.view import SummaryView
 from trainscope.util.load import LOADED_OTHER_CORES, load_of, not_a_finding
 from trainscope.util.load import loaded as is_loaded
 from trainscope.util.numfmt import cores_text
@@ -21,8 +22,7 @@ def _num(x: Any) -> bool:
 
 def cpu_section(summary: dict[str, Any]) -> dict[str, Any]:
     """The run's ``cpu`` section, or {} when it has none (or a damaged one)."""
-    cpu = summary.get("cpu")
-    return cpu if isinstance(cpu, dict) else {}
+    return SummaryView(summary).cpu
 
 
 def threads_text(cpu: dict[str, Any]) -> str | None:

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from trainscope.records.view import SummaryView
 from trainscope.render.plots import new_figure, plain_text_figure, save_figure
 from trainscope.render.table import Table, fmt_bytes, fmt_pct
 from trainscope.util.textsafe import plot_text
@@ -49,8 +50,8 @@ def cuda_peak(summaries: Sequence[dict[str, Any]]) -> bool:
 
 def memory_of(summary: dict[str, Any]) -> dict[str, Any]:
     """The summary's memory section when it holds counted figures, else {}."""
-    mem = summary.get("memory")
-    if not isinstance(mem, dict) or not isinstance(mem.get("parameters_bytes"), int):
+    mem = SummaryView(summary).memory
+    if not isinstance(mem.get("parameters_bytes"), int):
         return {}
     return mem
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainscope.records.run_dir import RunRecord
+from trainscope.records.view import SummaryView
 from trainscope.render.table import MISSING, fmt_float, fmt_pct, fmt_sig
 from trainscope.util.spread import Spread, differ, finite, no_difference_text
 
@@ -107,8 +108,7 @@ def error_bar(sp: Spread) -> tuple[float, float] | None:
 def rate(summary: dict[str, Any]) -> float | None:
     """A repeat's throughput: its total samples (all ranks) over its total training time,
     as the run computed it; a study takes the median of these, never their mean."""
-    value = summary.get("samples_per_s")
-    return float(value) if isinstance(value, (int, float)) else None
+    return SummaryView(summary).number("samples_per_s")
 
 
 def compare_text(
@@ -180,12 +180,13 @@ class Quality:
 
 def step_ms(summary: dict[str, Any]) -> float | None:
     """A run's steady-state step time (median over its steps after warm-up), in ms."""
-    step = ((summary.get("steady_state") or {}).get("step_s") or {}).get("median")
-    return 1e3 * step if isinstance(step, (int, float)) else None
+    step = SummaryView(summary).steady_step_s
+    return 1e3 * step if step is not None else None
 
 
 def _last_epoch(summary: dict[str, Any]) -> dict[str, Any]:
-    return (summary.get("epochs") or [{}])[-1] or {}
+    epochs = SummaryView(summary).epochs
+    return epochs[-1] if epochs else {}
 
 
 def _epoch(key: str) -> Callable[[dict[str, Any]], Any]:
@@ -319,13 +320,13 @@ def fmt_mean_std(
 
 def epoch_seconds(record: RunRecord) -> float | None:
     """Mean duration of a run's epochs (each includes its DataLoader start-up)."""
-    m, _, _ = mean_std(e.get("duration_s") for e in record.summary.get("epochs") or [])
+    m, _, _ = mean_std(e.get("duration_s") for e in record.view.epochs)
     return m
 
 
 def loader_start_seconds(record: RunRecord) -> float | None:
     """Mean per-epoch iterator start-up (worker processes) of a run."""
-    m, _, _ = mean_std(e.get("loader_start_s") for e in record.summary.get("epochs") or [])
+    m, _, _ = mean_std(e.get("loader_start_s") for e in record.view.epochs)
     return m
 
 
@@ -336,7 +337,7 @@ def per_step_stages(record: RunRecord) -> dict[str, float]:
     the iterator start-up of each epoch is counted in the run's data wait total but not in
     any step, see :func:`loader_start_seconds`.
     """
-    warm = (record.summary.get("steady_state") or {}).get("warmup_steps") or 0
+    warm = record.view.steady_state.get("warmup_steps") or 0
     steps = record.events("step")
     if len(steps) > warm:
         steps = steps[warm:]  # steady state: the warm-up steps are reported apart

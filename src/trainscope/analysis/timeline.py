@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainscope.errors import TrainscopeError
 from trainscope.records.run_dir import STAGE_LABELS, STAGES, RunRecord, load_run
+from trainscope.records.view import SummaryView
 from trainscope.render.document import Document, escape_inline
 from trainscope.render.plots import (
     new_figure,
@@ -184,8 +185,7 @@ class Timeline:
 
 
 def _clock(summary: dict[str, Any]) -> float | None:
-    clock = summary.get("clock")
-    return _num(clock.get("unix_at_origin")) if isinstance(clock, dict) else None
+    return _num(SummaryView(summary).section("clock").get("unix_at_origin"))
 
 
 def _steps(record: RunRecord, offset: float) -> tuple[list[Step], int]:
@@ -283,8 +283,8 @@ def _rank_records(run: RunRecord, notes: list[str]) -> list[tuple[int, RunRecord
             if (m := re.fullmatch(r"rank(\d+)", child.name)) and child.is_dir():
                 if int(m.group(1)) >= 1:
                     found[int(m.group(1))] = child
-    world = run.summary.get("world_size")
-    expected = range(1, world) if isinstance(world, int) and not isinstance(world, bool) else ()
+    world = run.view.world_size
+    expected = range(1, world) if world is not None else ()
     missing = [r for r in expected if r not in found]
     if missing:
         shown = ", ".join(str(r) for r in missing[:8]) + (", ..." if len(missing) > 8 else "")

@@ -17,6 +17,7 @@ from typing import Any
 
 from trainscope.records.run_dir import STAGES, RecordWarning, RunRecord, load_run
 from trainscope.records.source import is_script_record
+from trainscope.records.view import SummaryView
 from trainscope.util.spread import Spread, spread
 
 STEP_STAGES = ("data_wait", "h2d", "forward", "backward", "comm", "pipeline_wait", "optimizer")
@@ -54,6 +55,11 @@ class RunFacts:
     """Where the fits come from, in a few words."""
 
     @property
+    def view(self) -> SummaryView:
+        """The summary's fields, typed (:class:`~trainscope.records.view.SummaryView`)."""
+        return SummaryView(self.summary)
+
+    @property
     def is_script(self) -> bool:
         """A run of the user's own code (``trainscope profile``): its fixes are changes
         to that code, not flags."""
@@ -66,7 +72,7 @@ class RunFacts:
 
     def cuda_index(self) -> int | None:
         """The index of the run's CUDA device (``cuda`` is 0), or None off a GPU."""
-        device = str(self.summary.get("device", ""))
+        device = self.view.device
         if not device.startswith("cuda"):
             return None
         idx = device.partition(":")[2]
@@ -75,8 +81,7 @@ class RunFacts:
     def free_cores(self) -> int | None:
         """Cores this machine has beyond the run's own threads (all its processes on the
         node); None where the record does not say."""
-        cpu = self.summary.get("cpu")
-        cpu = cpu if isinstance(cpu, dict) else {}
+        cpu = self.view.cpu
         cores, threads = cpu.get("cores"), cpu.get("threads")
         procs = cpu.get("processes_on_node", 1)
         if not all(type(x) is int and x > 0 for x in (cores, threads, procs)):
@@ -112,8 +117,7 @@ def _steady_steps(record: Any, unread: list[str]) -> list[dict[str, float]]:
     it a Lightning step's optimizer looked like a third of the step, not a sixth."""
     steps = [e for e in record.events("step") if isinstance(e.get("stages"), dict)]
     names = (*STEP_STAGES, "other") if is_script_record(record.summary) else STEP_STAGES
-    steady = record.summary.get("steady_state")
-    warm = steady.get("warmup_steps") if isinstance(steady, dict) else None
+    warm = record.view.steady_state.get("warmup_steps")
     warm = warm if isinstance(warm, int) and 0 <= warm < len(steps) else 0
     out, bad = [], 0
     for event in steps[warm:]:
@@ -130,7 +134,7 @@ def _steady_steps(record: Any, unread: list[str]) -> list[dict[str, float]]:
 def _losses(record: Any) -> list[tuple[int, float]]:
     """(step, loss) of each step line. Strict JSON writes a NaN or infinite loss as null,
     so a null loss of a training step is non-finite (a data-only run has none at all)."""
-    data_only = record.summary.get("data_only") is True
+    data_only = record.view.data_only
     out = []
     for event in record.events("step"):
         step, loss = event.get("step"), event.get("loss")
@@ -154,7 +158,7 @@ def read_facts(run_dir: str | Path) -> RunFacts:
 def script_config(summary: dict[str, Any]) -> dict[str, Any]:
     """What a script run's hooks saw, in config.yaml's terms, for the rules that read a
     setting: its first optimizer (name, fused or foreach) and its training DataLoader."""
-    script = summary.get("script") if isinstance(summary.get("script"), dict) else {}
+    script = SummaryView(summary).script
     optimizers = [o for o in script.get("optimizers") or [] if isinstance(o, dict)]
     loaders = [x for x in script.get("loaders") or [] if isinstance(x, dict) and x.get("training")]
     train: dict[str, Any] = {}
@@ -176,14 +180,13 @@ def facts_of(record: RunRecord) -> RunFacts:
     stage_names = [s for s in STEP_STAGES if any(s in st for st in steps)]
     stages = {s: spread(st.get(s, 0.0) for st in steps) for s in stage_names}
     step_s = spread(sum(st.values()) for st in steps)
-    totals = record.summary.get("stages_s")
     totals_s = {}
-    for name, value in totals.items() if isinstance(totals, dict) else ():
+    for name, value in record.view.stages_s.items():
         if name in STAGES and (seconds := _seconds(value)) is not None:
             totals_s[name] = seconds
     if not totals_s:
         unread.append("the run's stage totals (summary.json stages_s)")
-    wall = _seconds(record.summary.get("wall_time_s"))
+    wall = _seconds(record.view.wall_time_s)
     if wall is None:
         unread.append("the run's wall time (summary.json wall_time_s)")
     config = record.config

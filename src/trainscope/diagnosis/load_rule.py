@@ -23,8 +23,8 @@ RULE = "measured-under-load"
 
 def measured_under_load(f: RunFacts) -> Finding | None:
     """Other processes kept cores busy while the run ran: its timings are not its own."""
-    cpu = f.summary.get("cpu")
-    if not isinstance(cpu, dict) or not loaded(f.summary):
+    cpu = f.view.cpu
+    if not cpu or not loaded(f.summary):
         return None
     other = finite_number(cpu.get("other_cores")) or 0.0
     threads = int(finite_number(cpu.get("threads")) or 1)

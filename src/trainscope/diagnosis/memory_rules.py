@@ -34,8 +34,8 @@ def _int(value: Any) -> int | None:
 
 def memory_section(f: RunFacts) -> dict[str, Any] | None:
     """The run's memory probe figures, or None when it has none that can be read."""
-    mem = f.summary.get("memory")
-    if not isinstance(mem, dict) or _int(mem.get("total_bytes")) in (None, 0):
+    mem = f.view.memory
+    if _int(mem.get("total_bytes")) in (None, 0):
         return None
     return mem
 
@@ -57,7 +57,7 @@ def memory_limit(f: RunFacts) -> tuple[int, int, str] | None:
             f.memory_limit_bytes,
             "tensor bytes counted against the limit given",
         )
-    peak = _int(f.summary.get("peak_memory_bytes"))
+    peak = _int(f.view.count("peak_memory_bytes"))
     if peak is None:
         return None
     index = f.cuda_index()
@@ -137,7 +137,7 @@ def _sharding(
     f: RunFacts, states: int, model_states: int
 ) -> tuple[dict[str, Any], str, int | None]:
     """The fix, its gain text and the bytes it saves per process."""
-    strategy, world = f.summary.get("strategy"), _int(f.summary.get("world_size")) or 1
+    strategy, world = f.view.strategy, f.view.world_size or 1
     if world >= 2 and registry.capabilities(strategy).replicates_states:
         saved = model_states * (world - 1) // world
         gain = (

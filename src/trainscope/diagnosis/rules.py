@@ -74,7 +74,7 @@ def _loading_waits(f: RunFacts, share: float) -> bool:
     """Whether the loading waits (a disk, a network, a slow service) rather than computes:
     the run's process used well under its threads' cores while data wait was ``share`` of
     the step (loading that computes keeps the main thread busy through the wait)."""
-    cpu = f.summary.get("cpu") if isinstance(f.summary.get("cpu"), dict) else {}
+    cpu = f.view.cpu
     own, threads = cpu.get("own_cores"), cpu.get("threads")
     if not isinstance(own, (int, float)) or type(threads) is not int or threads < 1:
         return False
@@ -85,8 +85,8 @@ def _loader_fix(f: RunFacts, wait_s: float, step_s: float) -> tuple[dict, str, f
     """More DataLoader workers (the fix, how, the step after): each worker loads a batch
     while the model computes one, so ceil(wait / compute) of them keep up; loading that
     computes gets no more than the cores the run's threads leave free."""
-    now = f.summary.get("num_workers")
-    now = now if type(now) is int and now >= 0 else 0
+    now = f.view.count("num_workers")
+    now = now if now is not None and now >= 0 else 0
     compute = max(step_s - wait_s, 1e-9)
     waits = _loading_waits(f, wait_s / step_s)
     if now:  # the wait is what is left beyond the workers: removing it is the bound
@@ -189,8 +189,8 @@ def overhead_bound(f: RunFacts) -> Finding | None:
     """A small batch: the costs paid once per step, whatever its size (the optimizer step,
     the gradient sync), are a large share of it."""
     shares = [s for s in (f.share("optimizer"), f.share("comm")) if s is not None]
-    batch = f.summary.get("local_batch_size")
-    if not shares or not isinstance(batch, int) or batch > SMALL_BATCH:
+    batch = f.view.local_batch_size
+    if not shares or batch is None or batch > SMALL_BATCH:
         return None
     per_step = sum(shares)
     if per_step < OVERHEAD_SHARE:
@@ -245,8 +245,8 @@ def _gpu_utilisation(f: RunFacts) -> Spread | None:
 
 def gpu_underused(f: RunFacts) -> Finding | None:
     """The GPU is idle much of the time: a larger batch gives each launch more work."""
-    util, batch = _gpu_utilisation(f), f.summary.get("local_batch_size")
-    if util is None or not util.ok or util.median >= GPU_UTIL_LOW or type(batch) is not int:
+    util, batch = _gpu_utilisation(f), f.view.local_batch_size
+    if util is None or not util.ok or util.median >= GPU_UTIL_LOW or batch is None:
         return None
     return Finding(
         "gpu-underused",
@@ -266,7 +266,7 @@ def gpu_underused(f: RunFacts) -> Finding | None:
 
 def precision_for_device(f: RunFacts) -> Finding | None:
     """bf16/fp16 on a CPU, or fp32 on a GPU."""
-    device, precision = str(f.summary.get("device", "")), f.summary.get("precision")
+    device, precision = f.view.device, f.view.text("precision")
     units = f.env.get("cpu_low_precision_units")
     native = isinstance(units, dict) and units.get(precision) is True
     if device == "cpu" and precision in ("bf16", "fp16") and not native:
@@ -293,11 +293,11 @@ def precision_for_device(f: RunFacts) -> Finding | None:
 def diverged(f: RunFacts) -> Finding | None:
     """The loss became non-finite."""
     bad = [(s, loss) for s, loss in f.losses if not math.isfinite(loss)]
-    error = str(f.summary.get("error") or "")
+    error = f.view.error
     if not bad and not NON_FINITE_ERROR.search(error):
         return None
-    lr = f.summary.get("lr")
-    new_lr = f"{lr / 10:g}" if isinstance(lr, (int, float)) and lr > 0 else None
+    lr = f.view.number("lr")
+    new_lr = f"{lr / 10:g}" if lr is not None and lr > 0 else None
     fix: dict[str, object] = {"--grad-clip": 1.0}
     if new_lr:
         fix["--lr"] = new_lr
@@ -365,8 +365,8 @@ def setup_heavy(f: RunFacts) -> Finding | None:
 
 def oversubscribed(f: RunFacts) -> Finding | None:
     """More threads and workers than cores: every thread waits for a core."""
-    cpu = f.summary.get("cpu")
-    if not isinstance(cpu, dict) or cpu.get("oversubscribed") is not True:
+    cpu = f.view.cpu
+    if cpu.get("oversubscribed") is not True:
         return None
     demand, cores = cpu.get("demand_cores"), cpu.get("cores")
     if not isinstance(demand, (int, float)) or not isinstance(cores, int) or demand <= cores:
@@ -389,8 +389,8 @@ def oversubscribed(f: RunFacts) -> Finding | None:
 
 def compile_recompiles(f: RunFacts) -> Finding | None:
     """torch.compile compiled new graphs during training (inside the step times)."""
-    compiled = f.summary.get("compile")
-    later = compiled.get("recompiled_later") if isinstance(compiled, dict) else None
+    compiled = f.view.section("compile")
+    later = compiled.get("recompiled_later")
     if not isinstance(later, int) or isinstance(later, bool) or later < 1:
         return None
     partial = not f.setting("data", "drop_last", False)

@@ -31,6 +31,7 @@ from typing import Any
 from trainscope import registry
 from trainscope.diagnosis.facts import STEP_STAGES
 from trainscope.records.run_dir import STAGE_LABELS, RunRecord
+from trainscope.records.view import SummaryView
 from trainscope.util.numfmt import fmt_sig
 from trainscope.util.spread import NONE, Spread, differ, spread
 
@@ -138,8 +139,7 @@ def rank_hosts(summary: Mapping[str, Any]) -> dict[int, str]:
 
 def warmup_of(summary: Mapping[str, Any]) -> int:
     """The warm-up steps the run's steady state leaves out (0 where it does not say)."""
-    steady = summary.get("steady_state")
-    k = steady.get("warmup_steps") if isinstance(steady, dict) else None
+    k = SummaryView(summary).steady_state.get("warmup_steps")
     return k if isinstance(k, int) and not isinstance(k, bool) and k > 0 else 0
 
 

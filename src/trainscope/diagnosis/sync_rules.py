@@ -34,7 +34,7 @@ while backward still produces the rest."""
 def per_tensor_sync(f: RunFacts) -> Finding | None:
     """One collective per gradient tensor takes a large share of the step."""
     share = _own_sync_share(f)
-    strategy = f.summary.get("strategy")
+    strategy = f.view.strategy
     per_tensor = registry.capabilities(strategy).sync == "per_tensor"
     if share is None or share < COMM_SHARE or not per_tensor:
         return None
@@ -80,8 +80,8 @@ def _own_sync_share(f: RunFacts) -> float | None:
 def _predicted_sync(f: RunFacts, strategy: str) -> tuple[str, float, str] | None:
     """The α–β model's per-tensor sync against DDP's exposed sync for this run's gradients
     and ranks, when the doctor was given a link (None: no link, or no gradient sizes)."""
-    sizes, world = _gradient_sizes(f), f.summary.get("world_size")
-    if not f.link_fits or sizes is None or type(world) is not int or world < 2:
+    sizes, world = _gradient_sizes(f), f.view.world_size
+    if not f.link_fits or sizes is None or world is None or world < 2:
         return None
     backward = f.stages.get("backward")
     back_s = float(backward.median) if backward is not None and backward.ok else None
@@ -102,8 +102,7 @@ def _predicted_sync(f: RunFacts, strategy: str) -> tuple[str, float, str] | None
 
 def _gradient_sizes(f: RunFacts) -> list[int] | None:
     """Bytes of each gradient tensor (``summary.gradients.tensor_bytes``), or None."""
-    grads = f.summary.get("gradients")
-    sizes = grads.get("tensor_bytes") if isinstance(grads, dict) else None
+    sizes = f.view.section("gradients").get("tensor_bytes")
     ok = isinstance(sizes, list) and sizes and all(type(x) is int and x > 0 for x in sizes)
     return sizes if ok else None
 
@@ -115,8 +114,8 @@ def ddp_overlap_lost(f: RunFacts) -> Finding | None:
     Only where a core is free beyond the ranks' threads: with every core computing there
     is nothing to overlap on (on 2 cores, 2 ranks of 1 thread, buckets of a quarter made
     DDP 1.97x slower: docs/doctor.md)."""
-    comm, steps = f.summary.get("comm"), f.summary.get("steps")
-    buckets_hook = registry.capabilities(f.summary.get("strategy")).sync == "buckets"
+    comm, steps = f.view.raw.get("comm"), f.view.steps
+    buckets_hook = registry.capabilities(f.view.strategy).sync == "buckets"
     if not buckets_hook or not isinstance(comm, dict) or not f.step_s.ok:
         return None
     buckets, inflight = comm.get("hook_buckets"), comm.get("hook_inflight_s")

@@ -23,6 +23,7 @@ from trainscope.records.jsonio import (
 from trainscope.records.ownership import OwnedDir, claim_dir, refuse_linked_folder
 from trainscope.records.record_specs import SUMMARY
 from trainscope.records.schema import check
+from trainscope.records.view import SummaryView
 from trainscope.util.safe_yaml import load_yaml
 
 SCHEMA_VERSION = 1
@@ -232,6 +233,11 @@ class RunRecord:
     left_out: list[str] = field(default_factory=list)
     """One line per summary field left out because it does not fit its schema
     (:data:`~trainscope.records.record_specs.SUMMARY`): reports show them as notes."""
+
+    @property
+    def view(self) -> SummaryView:
+        """The summary's fields, typed (:class:`~trainscope.records.view.SummaryView`)."""
+        return SummaryView(self.summary)
 
     def events(self, kind: str) -> list[dict[str, Any]]:
         """The metrics.jsonl events of one kind, in order."""

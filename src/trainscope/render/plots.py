@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 from trainscope.records.attempts import resumes
 from trainscope.records.run_dir import STAGE_LABELS, STAGES, RunRecord
 from trainscope.records.source import stage_labels
+from trainscope.records.view import SummaryView
 from trainscope.render.table import fmt_pct, fmt_seconds
 from trainscope.util.textsafe import plot_text
 
@@ -113,7 +114,7 @@ def stage_pie(
     overlapping the host clock) is listed in the legend as "not drawn", never hidden.
     Shares in the text are of the wall time, as in the stage table.
     """
-    stages: dict[str, Any] = summary.get("stages_s") or {}
+    stages: dict[str, Any] = SummaryView(summary).stages_s
     names = [s for s in STAGES if s in stages] + [s for s in stages if s not in STAGES]
     values = {n: stages[n] for n in names if isinstance(stages[n], (int, float))}
     drawn = [n for n in names if n in values and values[n] > 0 and math.isfinite(values[n])]
@@ -168,7 +169,7 @@ def stage_pie(
     # A figure legend placed "outside" gets room from the constrained layout (an axes
     # legend anchored beyond the axes would be clipped at the figure edge).
     fig.legend(handles, labels, loc="outside right center", frameon=False, fontsize=9)
-    wall_text = fmt_seconds(summary.get("wall_time_s"))
+    wall_text = fmt_seconds(SummaryView(summary).wall_time_s)
     fig.suptitle(
         f"Where the time went: {run_heading(summary)}, wall time {wall_text} s", fontsize=11
     )
@@ -211,7 +212,7 @@ def loss_curve(
     ax.plot(xs, ys, color="tab:blue", linewidth=0.9, alpha=0.6, label="train loss (step)")
 
     ends = _epoch_end_steps(steps)
-    epochs = record.summary.get("epochs") or []
+    epochs = record.view.epochs
     all_y = list(ys)
     for key, color, label in (
         ("train_loss", "tab:blue", "train loss (epoch mean)"),

@@ -1,0 +1,167 @@
+"""A run's ``summary.json`` read through typed fields (torch-free).
+
+The schema (:data:`~trainscope.records.record_specs.SUMMARY`) checks what a record may
+hold; :class:`SummaryView` is how readers ask for it. Every field a record may lack (an
+old record, a run that ended before writing it, a script's run) reads as its empty value:
+``None`` for a value, ``{}`` for a section, ``[]`` for a list, ``""`` for text, and a value
+of the wrong type reads as missing. Readers therefore ask ``view.world_size`` instead of
+``summary.get("world_size")`` followed by their own ``isinstance`` check, and the key's
+spelling and type live here once.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+
+def _number(value: Any) -> float | None:
+    """A finite int or float (bool is not one), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _count(value: Any) -> int | None:
+    """An int (bool is not one), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+class SummaryView:
+    """One summary.json's fields, typed; ``raw`` is the dictionary as read."""
+
+    def __init__(self, summary: Mapping[str, Any] | None) -> None:
+        self.raw: Mapping[str, Any] = summary if isinstance(summary, Mapping) else {}
+
+    # ---------------------------------------------------------------- kinds of field
+
+    def text(self, key: str) -> str:
+        """A text field ("" when missing or not text)."""
+        value = self.raw.get(key)
+        return value if isinstance(value, str) else ""
+
+    def number(self, key: str) -> float | None:
+        """A finite number field (None when missing, null or not a number)."""
+        return _number(self.raw.get(key))
+
+    def count(self, key: str) -> int | None:
+        """A whole-number field (None when missing or not one)."""
+        return _count(self.raw.get(key))
+
+    def section(self, key: str) -> dict[str, Any]:
+        """A section (an object) of the record ({} when missing or null)."""
+        value = self.raw.get(key)
+        return dict(value) if isinstance(value, Mapping) else {}
+
+    def rows(self, key: str) -> list[Any]:
+        """A list field ([] when missing or null)."""
+        value = self.raw.get(key)
+        return list(value) if isinstance(value, list) else []
+
+    # ---------------------------------------------------------------- the run
+
+    @property
+    def status(self) -> str:
+        """completed, failed, stopped, running, ... ("" for a record without one)."""
+        return self.text("status")
+
+    @property
+    def error(self) -> str:
+        """The one-line error of a run that failed ("" otherwise)."""
+        return self.text("error")
+
+    @property
+    def device(self) -> str:
+        """``cpu``, ``cuda``, ``cuda:0`` ("" when not recorded)."""
+        return self.text("device")
+
+    @property
+    def on_gpu(self) -> bool:
+        """The run's device was a CUDA device."""
+        return self.device.startswith("cuda")
+
+    @property
+    def strategy(self) -> str | None:
+        """The parallel strategy's name (None: not recorded, e.g. a script's run)."""
+        return self.text("strategy") or None
+
+    @property
+    def world_size(self) -> int | None:
+        """Processes in the run (None: not recorded)."""
+        return self.count("world_size")
+
+    @property
+    def steps(self) -> int | None:
+        """Optimizer steps taken."""
+        return self.count("steps")
+
+    @property
+    def local_batch_size(self) -> int | None:
+        """One rank's batch."""
+        return self.count("local_batch_size")
+
+    @property
+    def data_only(self) -> bool:
+        """The run iterated its training batches only (no model)."""
+        return self.raw.get("data_only") is True
+
+    # ---------------------------------------------------------------- time
+
+    @property
+    def wall_time_s(self) -> float | None:
+        """From the run's start to the end of its last evaluation."""
+        return self.number("wall_time_s")
+
+    @property
+    def stages_s(self) -> dict[str, float]:
+        """Stage -> seconds of the wall time (the stages partition it); entries that are
+        not numbers are left out."""
+        stages = self.section("stages_s")
+        return {k: float(v) for k, v in stages.items() if _number(v) is not None}
+
+    @property
+    def epochs(self) -> list[dict[str, Any]]:
+        """One row per epoch (epoch, train_loss, val_loss, duration_s, ...)."""
+        return [e for e in self.rows("epochs") if isinstance(e, dict)]
+
+    @property
+    def steady_state(self) -> dict[str, Any]:
+        """The steady state's step-time statistics ({} without one)."""
+        return self.section("steady_state")
+
+    @property
+    def steady_step_s(self) -> float | None:
+        """The steady state's median step time."""
+        step = self.steady_state.get("step_s")
+        return _number(step.get("median")) if isinstance(step, Mapping) else None
+
+    # ---------------------------------------------------------------- sections
+
+    @property
+    def cpu(self) -> dict[str, Any]:
+        """The CPU's share, threads and load while the run ran."""
+        return self.section("cpu")
+
+    @property
+    def memory(self) -> dict[str, Any]:
+        """Where memory went (parameters, gradients, optimizer states, activations)."""
+        return self.section("memory")
+
+    @property
+    def source(self) -> dict[str, Any]:
+        """What ran: trainscope's workload, or the user's script and its argv."""
+        return self.section("source")
+
+    @property
+    def script(self) -> dict[str, Any]:
+        """A script run's own facts (what was injected, what the script did)."""
+        return self.section("script")
+
+    @property
+    def ranks(self) -> list[dict[str, Any]]:
+        """One row per rank of a multi-process run."""
+        return [r for r in self.rows("ranks") if isinstance(r, dict)]
+
+
+__all__ = ["SummaryView"]
