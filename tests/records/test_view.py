@@ -39,3 +39,21 @@ def test_missing_null_and_wrong_types_read_as_empty() -> None:
 def test_a_stage_that_is_not_a_number_is_left_out_of_stages() -> None:
     view = SummaryView({"stages_s": {"forward": 1, "backward": None, "odd": True}})
     assert view.stages_s == {"forward": 1.0}
+
+
+def test_the_reports_fields_read_as_recorded_or_empty() -> None:
+    view = SummaryView({
+        "samples_per_s": 250, "peak_memory_bytes": 2048, "train_time_s": 3.5,
+        "process": {"startup_s": 1.2}, "comm": {"hook_inflight_s": 0.1},
+        "target": {"reached": True},
+    })  # fmt: skip
+    assert (view.samples_per_s, view.peak_memory_bytes, view.train_time_s) == (250.0, 2048, 3.5)
+    assert view.process == {"startup_s": 1.2} and view.comm == {"hook_inflight_s": 0.1}
+    assert view.target == {"reached": True}
+    wrong = SummaryView({
+        "samples_per_s": "fast", "peak_memory_bytes": 2.5e9, "train_time_s": math.inf,
+        "process": [1], "comm": "x", "target": None,
+    })  # fmt: skip
+    assert wrong.samples_per_s is None and wrong.peak_memory_bytes is None
+    assert wrong.train_time_s is None
+    assert wrong.process == {} and wrong.comm == {} and wrong.target == {}

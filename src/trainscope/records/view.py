@@ -106,12 +106,30 @@ class SummaryView:
         """The run iterated its training batches only (no model)."""
         return self.raw.get("data_only") is True
 
+    @property
+    def samples_per_s(self) -> float | None:
+        """Throughput: the run's samples (all ranks) over its ``train_time_s``."""
+        return self.number("samples_per_s")
+
+    @property
+    def peak_memory_bytes(self) -> int | None:
+        """The run's peak memory: CUDA's allocator peak or the process's peak RSS
+        (``peak_memory_kind`` says which); ``peak_memory_bytes_max_rank`` is the largest
+        rank's."""
+        return self.count("peak_memory_bytes")
+
     # ---------------------------------------------------------------- time
 
     @property
     def wall_time_s(self) -> float | None:
         """From the run's start to the end of its last evaluation."""
         return self.number("wall_time_s")
+
+    @property
+    def train_time_s(self) -> float | None:
+        """The epochs' training time (what ``samples_per_s`` divides by): no setup,
+        compilation or evaluation."""
+        return self.number("train_time_s")
 
     @property
     def stages_s(self) -> dict[str, float]:
@@ -147,6 +165,23 @@ class SummaryView:
     def memory(self) -> dict[str, Any]:
         """Where memory went (parameters, gradients, optimizer states, activations)."""
         return self.section("memory")
+
+    @property
+    def process(self) -> dict[str, Any]:
+        """The process around the run: its start-up and time (``startup_s``, ``time_s``)
+        and how many runs it ran before this one (``runs_before``)."""
+        return self.section("process")
+
+    @property
+    def comm(self) -> dict[str, Any]:
+        """What the run communicated (its collectives, the all-reduce hook in flight, a
+        pipeline's waits)."""
+        return self.section("comm")
+
+    @property
+    def target(self) -> dict[str, Any]:
+        """The stop rule's outcome: whether the target was met, when, or the best reached."""
+        return self.section("target")
 
     @property
     def source(self) -> dict[str, Any]:

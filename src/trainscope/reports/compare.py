@@ -12,6 +12,7 @@ from trainscope.analysis.stats import compare_text, fmt_sig
 from trainscope.errors import TrainscopeError
 from trainscope.records.run_dir import STAGE_LABELS, STAGES, RunRecord, load_run, output_root
 from trainscope.records.steady_state import steady_state
+from trainscope.records.view import SummaryView
 from trainscope.render.console import make_console, print_line, print_table
 from trainscope.render.document import Document, escape_inline, write_document
 from trainscope.render.outdir import report_dir
@@ -36,8 +37,8 @@ class Comparison:
 
 
 def _stage_cell(s: dict[str, Any], stage: str) -> str:
-    secs = (s.get("stages_s") or {}).get(stage)
-    wall = s.get("wall_time_s")
+    view = SummaryView(s)
+    secs, wall = view.stages_s.get(stage), view.wall_time_s
     if secs is None:
         return "–"
     share = f" ({fmt_pct(secs / wall)})" if wall else ""
@@ -58,7 +59,7 @@ def comparison_table(records: Sequence[RunRecord]) -> Table:
         labels += [k for k in facts if k not in labels]
     rows: list[list[object]] = [[label, *(f.get(label, "–") for f in per_run)] for label in labels]
     for stage in STAGES:
-        if any(stage in (r.summary.get("stages_s") or {}) for r in records):
+        if any(stage in r.view.section("stages_s") for r in records):
             rows.append(
                 [f"{STAGE_LABELS[stage]} (s)", *(_stage_cell(r.summary, stage) for r in records)]
             )
@@ -74,9 +75,7 @@ def comparison_table(records: Sequence[RunRecord]) -> Table:
 def step_spread(record: RunRecord) -> Spread:
     """A run's steady-state step times as a spread (IQR over its steps after warm-up),
     from the summary, or recomputed from the step records of an older run."""
-    st = record.summary.get("steady_state")
-    if not st:
-        st = steady_state(record.events("step"), DEFAULT_WARMUP) or {}
+    st = record.view.steady_state or steady_state(record.events("step"), DEFAULT_WARMUP) or {}
     step = st.get("step_s") or {}
     if not isinstance(step.get("median"), (int, float)):
         return NONE
@@ -176,7 +175,7 @@ def _write_comparison(records: Sequence[RunRecord], table: Table, out: Path) -> 
     failed = [
         escape_inline(name)
         for name, r in zip(table.columns[1:], records)
-        if r.summary.get("status") != "completed"
+        if r.view.status != "completed"
     ]
     if failed:
         doc.note("Not completed (numbers are partial): " + ", ".join(failed))

@@ -27,6 +27,7 @@ from trainscope.analysis.memory import memory_bars, memory_table
 from trainscope.analysis.timeline import load_timeline, no_timeline_reason, timeline_section
 from trainscope.analysis.trace import TRACE_FILE, write_chrome_trace
 from trainscope.records.run_dir import RunRecord, load_run
+from trainscope.records.view import SummaryView
 from trainscope.render.console import make_console, print_line, print_table, table_to_rich
 from trainscope.render.document import Document, escape_inline, inline_code, write_document
 from trainscope.render.outdir import ReportFiles, default_or, report_dir
@@ -100,7 +101,7 @@ def _status_note(doc: Document, summary: dict[str, Any]) -> None:
     if status in ("preempted", "cancelled"):  # stopped by its scheduler, checkpointed
         said = {"preempted": "Run preempted", "cancelled": "Run cancelled"}[status]
         doc.note(f"**{said}: {escape_inline(str(error or 'no message recorded'))}**")
-        requeue = (summary.get("preemption") or {}).get("requeue")
+        requeue = SummaryView(summary).section("preemption").get("requeue")
         if isinstance(requeue, dict):
             done = "the job was requeued" if requeue.get("requeued") else (
                 f"the job was not requeued ({requeue.get('why')})")  # fmt: skip
@@ -120,7 +121,7 @@ def _status_note(doc: Document, summary: dict[str, Any]) -> None:
     for crowded in (oversubscribed_note(summary), load_change_note(summary)):
         if crowded:  # before the timings it makes incomparable
             doc.note(f"**{escape_inline(crowded)}.**")
-    for note in summary.get("notes") or []:  # e.g. "no validation data: ..."
+    for note in SummaryView(summary).rows("notes"):  # e.g. "no validation data: ..."
         doc.note(escape_inline(str(note)))
 
 
@@ -148,13 +149,13 @@ def _build_document(
         doc.table(tables["attempts"])
 
     doc.heading("Where the time went")
-    if not summary.get("stages_s"):
+    if not record.view.section("stages_s"):
         doc.paragraph("No per-stage timings were recorded.")
     elif "stages" in figures:
         doc.figure(figures["stages"], "Share of wall time per stage")
     if tables["stages"].rows:
         doc.table(tables["stages"])
-    if summary.get("stages_s"):
+    if record.view.section("stages_s"):
         doc.paragraph(
             "`other` = wall time minus the measured stages; it can be slightly negative"
             " when asynchronous GPU timings overlap the host clock."
@@ -183,7 +184,7 @@ def _build_document(
     doc.heading("Training loss")
     if "loss" in figures:
         doc.figure(figures["loss"], "Training loss per step")
-    first = summary.get("first_losses") or []
+    first = record.view.rows("first_losses")
     if first:
         doc.paragraph("First losses: " + ", ".join(fmt_float(x) for x in first[:5]))
     if "loss" not in figures and not first:

@@ -74,10 +74,10 @@ def checkpointing_sections(study: StudyRecord, doc: Document, plots: Path) -> Se
             "act": spread(memory_of(s).get("activations_bytes") for s in summ),
             "states": spread(memory_of(s).get("model_states_bytes") for s in summ),
             "step": spread(step_ms(s) for s in summ),
-            "peak": spread(s.get("peak_memory_bytes") for s in summ),
+            "peak": spread(r.view.peak_memory_bytes for r in recs),
         }
         stats[name] = st
-        first[name] = summ[0].get("first_losses") or []
+        first[name] = recs[0].view.rows("first_losses")
         blocks = (memory_of(summ[0]).get("checkpointing") or {}).get("blocks")
         rows.append(
             [

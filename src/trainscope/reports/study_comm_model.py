@@ -27,6 +27,7 @@ from trainscope.comm.predict import GradTensors, predict
 from trainscope.config import MAX_BUCKET_MB
 from trainscope.errors import ConfigError
 from trainscope.records.study_dir import StudyRecord
+from trainscope.records.view import SummaryView
 from trainscope.render.document import Document, escape_inline
 from trainscope.render.table import MISSING, Table, fmt_sig
 from trainscope.reports.section import Section, each_config
@@ -36,8 +37,9 @@ GOAL = 0.15  # the issue's: within 15% of measured for the non-overlapped strate
 
 
 def _per_step_ms(summary: dict[str, Any], *stages: str) -> float | None:
-    steps, secs = real(summary.get("steps"), 1.0), summary.get("stages_s")
-    vals = [real(secs.get(s), 0.0) for s in stages] if isinstance(secs, dict) else [None]
+    view = SummaryView(summary)
+    steps, secs = real(view.steps, 1.0), view.section("stages_s")
+    vals = [real(secs.get(s), 0.0) for s in stages]
     if steps is None or None in vals:
         return None
     return 1e3 * sum(vals) / steps  # type: ignore[arg-type]
@@ -66,8 +68,8 @@ def _fit_notes(model: dict[str, Any], nproc: int, options: dict[str, Any]) -> li
 
 def _grads(summaries: list[dict[str, Any]]) -> Any:
     for s in summaries:
-        g = s.get("gradients")
-        if isinstance(g, dict) and isinstance(g.get("tensor_bytes"), list):
+        g = SummaryView(s).section("gradients")
+        if isinstance(g.get("tensor_bytes"), list):
             sizes = [x for x in g["tensor_bytes"] if isinstance(x, int) and x >= 0]
             units = [x for x in g.get("unit_bytes") or [] if isinstance(x, int) and x > 0]
             if sizes:

@@ -14,6 +14,7 @@ from trainscope.injections import as_arguments
 from trainscope.records.jsonio import try_json_object
 from trainscope.records.run_dir import RunRecord
 from trainscope.records.study_dir import StudyRecord
+from trainscope.records.view import SummaryView
 from trainscope.render.document import Document, escape_inline, inline_code
 from trainscope.render.table import MISSING, Table, fmt_bytes
 from trainscope.reports.section import Section, each_config
@@ -25,8 +26,8 @@ BASELINE = "baseline"  # the name studies.doctor gives the run as it was
 def _loss(record: RunRecord) -> float | None:
     """The run's last training loss: its last epoch's, or (a script's run, which has no
     epochs) the last step record's."""
-    epochs = record.summary.get("epochs") or []
-    loss = epochs[-1].get("train_loss") if epochs and isinstance(epochs[-1], dict) else None
+    epochs = record.view.epochs
+    loss = epochs[-1].get("train_loss") if epochs else None
     if loss is None:
         _, losses = step_losses(record)
         loss = losses[-1] if losses else None
@@ -58,14 +59,12 @@ def _number(value: Any) -> float | None:
 
 
 def _counted_bytes(summary: dict[str, Any]) -> float | None:
-    mem = summary.get("memory")
-    return _number(mem.get("total_bytes")) if isinstance(mem, dict) else None
+    return _number(SummaryView(summary).memory.get("total_bytes"))
 
 
 def _per_sample_ms(summary: dict[str, Any]) -> float | None:
-    step, batch = step_ms(summary), summary.get("local_batch_size")
-    ok = step is not None and isinstance(batch, int) and not isinstance(batch, bool) and batch > 0
-    return step / batch if ok else None
+    step, batch = step_ms(summary), SummaryView(summary).local_batch_size
+    return step / batch if step is not None and batch is not None and batch > 0 else None
 
 
 def measured(c: Any) -> str:
@@ -84,7 +83,7 @@ def doctor_rows(study: StudyRecord) -> tuple[list[list[object]], dict[str, Sprea
     wall s or counted bytes; the baseline's under ``baseline``, ``baseline/wall`` and
     ``baseline/memory``)."""
     configs = each_config(study, "")
-    read = {"step": step_ms, "wall": lambda s: _number(s.get("wall_time_s")),
+    read = {"step": step_ms, "wall": lambda s: SummaryView(s).wall_time_s,
             "memory": _counted_bytes, "sample": _per_sample_ms}  # fmt: skip
     fig = {m: {c.name: spread(read[m](r.summary) for r in c.runs) for c in configs}
            for m in MEASURES}  # fmt: skip
@@ -202,15 +201,15 @@ def _original_steps(study: StudyRecord) -> int | None:
     """Steps of the run the doctor re-measured (its own record, where it is readable)."""
     path = Path(str(study.plan.options.get("run_dir", ""))) / "summary.json"
     summary = try_json_object(path) if path.name and path.is_file() else None
-    steps = (summary or {}).get("steps")
-    return steps if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0 else None
+    steps = SummaryView(summary).steps
+    return steps if steps is not None and steps > 0 else None
 
 
 def _wall_disagrees(study: StudyRecord, figures: dict[str, Spread], best: str) -> str | None:
     """When a fix proven faster per step took longer in wall time over the re-runs: both
     figures, and which one counts for the run as recorded, with the reason."""
     configs = {c.name: c for c in each_config(study, "")}
-    wall = {name: spread(_number(r.summary.get("wall_time_s")) for r in configs[name].runs)
+    wall = {name: spread(r.view.wall_time_s for r in configs[name].runs)
             for name in (best, BASELINE) if name in configs}  # fmt: skip
     fix_w, base_w = wall.get(best), wall.get(BASELINE)
     fix_s, base_s = figures.get(best), figures.get(BASELINE)

@@ -24,6 +24,7 @@ from trainscope.analysis.stats import (
 )
 from trainscope.records.run_dir import RunRecord
 from trainscope.records.study_dir import StudyRecord
+from trainscope.records.view import SummaryView
 from trainscope.render.document import Document, escape_inline
 from trainscope.render.study_plots import loss_curves_plot
 from trainscope.render.table import Table, fmt_bytes, fmt_int, fmt_pct
@@ -46,7 +47,7 @@ def dev_accuracy_by(summary: dict[str, Any], seconds: float) -> float | None:
     """The dev accuracy of the last evaluation a run had made within ``seconds`` of
     training (its epochs' training time, evaluation excluded); None if it had made none."""
     done, found = 0.0, None
-    for e in summary.get("epochs") or []:
+    for e in SummaryView(summary).epochs:
         done += float(e.get("duration_s") or 0.0)
         if done > seconds * (1 + 1e-9):
             break
@@ -56,14 +57,14 @@ def dev_accuracy_by(summary: dict[str, Any], seconds: float) -> float | None:
 
 
 def _train_seconds(summary: dict[str, Any]) -> float | None:
-    times = [e.get("duration_s") for e in summary.get("epochs") or []]
+    times = [e.get("duration_s") for e in SummaryView(summary).epochs]
     if not times or not all(isinstance(t, (int, float)) for t in times):
         return None
     return float(sum(times))
 
 
 def _last_dev(summary: dict[str, Any]) -> Any:
-    return ((summary.get("epochs") or [{}])[-1]).get("val_accuracy")
+    return (SummaryView(summary).epochs or [{}])[-1].get("val_accuracy")
 
 
 @dataclass
@@ -83,8 +84,8 @@ def _config_stats(recs: list[RunRecord]) -> dict[str, Spread]:
     out.update(
         step=spread(step_ms(s) for s in summ),
         train=spread(_train_seconds(s) for s in summ),
-        trainable=spread((s.get("workload_info") or {}).get("trainable_parameters")
-                         for s in summ),  # fmt: skip
+        trainable=spread(r.view.section("workload_info").get("trainable_parameters")
+                         for r in recs),  # fmt: skip
         dev=spread(_last_dev(s) for s in summ),
         **{k: spread(memory_of(s).get(f"{k}_bytes") for s in summ)
            for k in ("gradients", "optimizer_states", "activations")},

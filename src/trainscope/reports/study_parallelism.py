@@ -18,6 +18,7 @@ from trainscope.comm.cost_model import fit_for, fits_from_dict
 from trainscope.comm.pipeline import theory_bubble as pipeline_bubble
 from trainscope.comm.tensor_parallel import predict_from_summary
 from trainscope.records.study_dir import StudyRecord
+from trainscope.records.view import SummaryView
 from trainscope.render.document import Document, escape_inline
 from trainscope.render.table import Table, fmt_bytes
 from trainscope.reports.section import Section
@@ -33,9 +34,7 @@ def theory_bubble(schedule: str | None, stages: int, microbatches: int | None) -
 
 def _ranks(summary: dict[str, Any]) -> list[dict[str, Any]]:
     """Every rank's figures (rank 0's record alone in a one-process run)."""
-    ranks = summary.get("ranks")
-    ranks = ranks if isinstance(ranks, list) else []
-    return [r for r in ranks if isinstance(r, dict)] or [summary]
+    return SummaryView(summary).ranks or [summary]
 
 
 def bubble_of(summary: dict[str, Any]) -> float | None:
@@ -61,8 +60,8 @@ def memory_per_rank(summary: dict[str, Any]) -> tuple[int | None, int | None]:
 
 def comm_text(summary: dict[str, Any]) -> str:
     """What a layout communicates per step, as its record measured it."""
-    comm = summary.get("comm") or {}
-    steps = summary.get("steps") or 0
+    view = SummaryView(summary)
+    comm, steps = view.comm, view.steps or 0
     collectives = (comm.get("collectives") or {}).get("ops") or {}
     parts = [
         f"{op} x{int(v['calls'])} ({fmt_bytes(int(v['bytes']))}, {1e3 * v['seconds']:.2f} ms)"
@@ -70,7 +69,7 @@ def comm_text(summary: dict[str, Any]) -> str:
     ]
     if isinstance(comm.get("hook_inflight_s"), (int, float)) and steps:
         parts.append(f"all-reduce in flight {1e3 * comm['hook_inflight_s'] / steps:.2f} ms/step")
-    stages = summary.get("stages_s") or {}
+    stages = view.section("stages_s")
     if isinstance(stages.get("pipeline_wait"), (int, float)) and steps:
         parts.append(f"pipeline wait {1e3 * stages['pipeline_wait'] / steps:.2f} ms/step")
     p2p, own, n = (comm.get(k) for k in ("pipeline_p2p_wait_s", "pipeline_schedule_s",
@@ -111,7 +110,7 @@ def _row(
 def _probed_ops(summary: dict[str, Any]) -> dict[str, Any]:
     """The comm probe's collectives of one run, by op ("all_gather_into_tensor" read as
     all_gather, "reduce_scatter_tensor" as reduce_scatter: the fits' names)."""
-    ops = ((summary.get("comm") or {}).get("collectives") or {}).get("ops") or {}
+    ops = (SummaryView(summary).comm.get("collectives") or {}).get("ops") or {}
     out: dict[str, Any] = {}
     for name, entry in ops.items():
         key = name.removesuffix("_into_tensor").removesuffix("_tensor").removeprefix("_")

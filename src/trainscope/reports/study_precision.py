@@ -25,6 +25,7 @@ from trainscope.analysis.stats import (
 )
 from trainscope.records.run_dir import RunRecord
 from trainscope.records.study_dir import StudyRecord
+from trainscope.records.view import SummaryView
 from trainscope.render.document import Document, escape_inline
 from trainscope.render.study_plots import loss_curves_plot
 from trainscope.render.table import Table, fmt_bytes, fmt_float, fmt_rate
@@ -88,13 +89,14 @@ def precision_rows(study: StudyRecord) -> PrecisionRows:
 
 def _precision_stats(summ: list[dict[str, Any]], quality: tuple[Quality, ...]) -> dict[str, Spread]:
     """The spreads over one precision's repeats that its row and findings show."""
-    last = [(s.get("epochs") or [{}])[-1] for s in summ]
+    views = [SummaryView(s) for s in summ]
+    last = [(v.epochs or [{}])[-1] for v in views]
     return {
         **{q.header: spread(q.get(s) for s in summ) for q in quality},
         "loss": spread(e.get("train_loss") for e in last),
-        "train": spread(s.get("train_time_s") for s in summ),
+        "train": spread(v.train_time_s for v in views),
         "rate": spread(rate(s) for s in summ),
-        "peak": spread(s.get("peak_memory_bytes") for s in summ),
+        "peak": spread(v.peak_memory_bytes for v in views),
         # Counted tensor bytes of each run: comparable even in one shared process.
         "mem": spread(memory_of(s).get("activations_bytes") for s in summ),
         "states": spread(memory_of(s).get("model_states_bytes") for s in summ),
@@ -106,7 +108,7 @@ def _add_measured(data: PrecisionRows, name: str, recs: list[RunRecord]) -> None
     summ = [r.summary for r in recs]
     st = _precision_stats(summ, data.quality)
     data.stats[name] = st
-    skipped = max(int(s.get("skipped_steps") or 0) for s in summ)
+    skipped = max(r.view.count("skipped_steps") or 0 for r in recs)
     for key in ("train", "rate"):
         data.outliers += [f"{name} repeat {recs[i].path.name}: {key}" for i in st[key].outliers]
     data.rows.append(

@@ -34,11 +34,11 @@ class ProfileRows:
 
 def profile_rows(study: StudyRecord, recs: list[RunRecord]) -> ProfileRows:
     """Each stage's seconds, share of wall and ms per step over the repeats (no rendering)."""
-    wall = spread(r.summary.get("wall_time_s") for r in recs)
-    steps_m = spread(r.summary.get("steps") for r in recs).median
+    wall = spread(r.view.wall_time_s for r in recs)
+    steps_m = spread(r.view.steps for r in recs).median
     data = ProfileRows(wall, steps_m, study.fresh_processes)
     for stage in STAGES:
-        sp = spread((r.summary.get("stages_s") or {}).get(stage) for r in recs)
+        sp = spread(r.view.stages_s.get(stage) for r in recs)
         if sp.median is None:
             continue
         data.medians[stage] = sp.median
@@ -46,7 +46,7 @@ def profile_rows(study: StudyRecord, recs: list[RunRecord]) -> ProfileRows:
         share = fmt_pct(sp.median / wall.median if wall.median else None)
         data.rows.append([STAGE_LABELS.get(stage, stage), fmt_spread(sp), share, per_step])
     data.rows.append(["total (wall)", fmt_spread(wall), "100.0%", "–"])
-    startup = spread((r.summary.get("process") or {}).get("startup_s") for r in recs)
+    startup = spread(r.view.process.get("startup_s") for r in recs)
     if data.fresh and startup.median is not None:
         data.rows.append(
             ["process start-up, before the run (not in wall)", fmt_spread(startup), "–", "–"]
@@ -98,9 +98,8 @@ def profile_sections(study: StudyRecord, doc: Document, plots: Path) -> Section:
 def _run_paragraphs(doc: Document, recs: list[RunRecord], data: ProfileRows) -> None:
     """The steady-state step time, and what the runs were: steps, batch, loader, wall."""
     first = recs[0].summary
-    steady = [r.summary.get("steady_state") or {} for r in recs]
-    step = spread((s.get("step_s") or {}).get("median") for s in steady)
-    warm = steady[0].get("warmup_steps") if steady else None
+    step = spread(r.view.steady_step_s for r in recs)
+    warm = recs[0].view.steady_state.get("warmup_steps")
     if step.median is not None:
         doc.paragraph(
             f"Steady-state step time (after the first {escape_inline(str(warm))} warm-up "

@@ -129,7 +129,7 @@ def _execution_text(study: StudyRecord) -> str:
     """How the runs were executed, and what that means for setup time and memory."""
     warmup = ""
     for rec in study.records.values():
-        st = rec.summary.get("steady_state") or {}
+        st = rec.view.steady_state
         if "warmup_steps" in st:
             warmup = (
                 f" Within each run the first {st['warmup_steps']} step(s) are warm-up, "

@@ -11,6 +11,7 @@ from trainscope.analysis.stats import MISSING, SPREAD_NOTE, fmt_spread, step_ms
 from trainscope.comm.cost_model import given
 from trainscope.comm.scaling import DEVICES, project
 from trainscope.records.study_dir import StudyRecord
+from trainscope.records.view import SummaryView
 from trainscope.render.document import Document, escape_inline
 from trainscope.render.plots import new_figure
 from trainscope.render.study_plots import write_figure
@@ -26,16 +27,16 @@ FIXED_STAGES = ("setup", "compile", "evaluation", "checkpoint", "other")
 
 def fixed_share(summary: dict[str, Any]) -> float | None:
     """The share of a run's wall time outside its training steps."""
-    stages, wall = summary.get("stages_s") or {}, summary.get("wall_time_s")
-    if not isinstance(wall, (int, float)) or wall <= 0:
+    view = SummaryView(summary)
+    wall = view.wall_time_s
+    if wall is None or wall <= 0:
         return None
-    fixed = sum(v for k, v in stages.items() if k in FIXED_STAGES and isinstance(v, (int, float)))
-    return fixed / wall
+    return sum(v for k, v in view.stages_s.items() if k in FIXED_STAGES) / wall
 
 
 def grad_bytes(summary: dict[str, Any]) -> int | None:
     """Gradient bytes all-reduced per step (the run's recorded gradient layout)."""
-    sizes = (summary.get("gradients") or {}).get("tensor_bytes")
+    sizes = SummaryView(summary).section("gradients").get("tensor_bytes")
     ok = isinstance(sizes, list) and all(isinstance(s, int) for s in sizes)
     return sum(sizes) if ok and sizes else None
 
@@ -74,7 +75,7 @@ def _mode_rows(
             every = [r.summary for r in loaded]
             blind[n] = not_a_finding(f"all {len(every)} repeat(s) of {cfg.config}", every)
         st = steps[n] = spread(step_ms(s) for s in recs)
-        rate = spread(s.get("samples_per_s") for s in recs)
+        rate = spread(SummaryView(s).samples_per_s for s in recs)
         fixed = spread(fixed_share(s) for s in recs)
         shown = f"{n} (over the core budget)" if n in over else str(n)
         rows.append([shown, str(cfg.labels.get("global_batch")), str(st.n), fmt_spread(st),

@@ -17,6 +17,7 @@ from typing import Any
 from trainscope.analysis.stats import SPREAD_NOTE, fmt_spread, per_step_stages, step_losses, step_ms
 from trainscope.records.run_dir import RunRecord
 from trainscope.records.study_dir import StudyRecord
+from trainscope.records.view import SummaryView
 from trainscope.render.document import Document, escape_inline
 from trainscope.render.table import MISSING, Table, fmt_bytes
 from trainscope.reports.section import Section, each_config, not_applicable_list
@@ -40,8 +41,7 @@ def _last_loss(record: RunRecord) -> float | None:
 
 
 def _activations(summary: dict[str, Any]) -> float | None:
-    mem = summary.get("memory") if isinstance(summary.get("memory"), dict) else {}
-    value = mem.get("activations_bytes")
+    value = SummaryView(summary).memory.get("activations_bytes")
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
@@ -69,7 +69,7 @@ def script_sections(study: StudyRecord, doc: Document, plots: Path) -> Section:
         per = [per_step_stages(r) for r in c.runs]
         wait = spread(p.get("data_wait") for p in per).scaled(1e3)
         rest = spread(sum(v for k, v in p.items() if k != "data_wait") for p in per).scaled(1e3)
-        wall = spread(r.summary.get("wall_time_s") for r in c.runs)
+        wall = spread(r.view.wall_time_s for r in c.runs)
         acts = spread(_activations(r.summary) for r in c.runs)
         loss = spread(_last_loss(r) for r in c.runs)
         vs = "–" if c.name == first or first is None else verdict(steps[c.name], steps[first])

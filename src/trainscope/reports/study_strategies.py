@@ -24,6 +24,7 @@ from trainscope.analysis.stats import (
 )
 from trainscope.records.run_dir import STAGE_LABELS, RunRecord
 from trainscope.records.study_dir import StudyRecord
+from trainscope.records.view import SummaryView
 from trainscope.render.document import Document, escape_inline
 from trainscope.render.plots import new_figure, plain_text_figure, stage_color
 from trainscope.render.study_plots import write_figure
@@ -49,23 +50,23 @@ _ITER_BARS = BarTexts(
 
 
 def _per_iter_ms(summary: dict[str, Any], stage: str | None = None) -> float | None:
-    steps = summary.get("steps")
-    if not isinstance(steps, (int, float)) or isinstance(steps, bool) or not steps > 0:
+    view = SummaryView(summary)
+    steps = view.steps
+    if steps is None or not steps > 0:
         return None  # absent, or a damaged record's text
-    secs = summary.get("train_time_s") if stage is None else summary.get("stages_s")
-    if stage is not None:
-        secs = secs.get(stage) if isinstance(secs, dict) else None
-    return 1e3 * secs / steps if isinstance(secs, (int, float)) else None
+    secs = view.train_time_s if stage is None else view.stages_s.get(stage)
+    return 1e3 * secs / steps if secs is not None else None
 
 
 def _peak_per_rank(summary: dict[str, Any]) -> float | None:
-    return summary.get("peak_memory_bytes_max_rank") or summary.get("peak_memory_bytes")
+    view = SummaryView(summary)
+    return view.count("peak_memory_bytes_max_rank") or view.peak_memory_bytes
 
 
 def _counted_per_rank(summary: dict[str, Any], key: str) -> int | None:
     """The largest rank's counted bytes of one memory component (``key`` of the memory
     section): FSDP's shards make model states per rank shrink with the world size."""
-    every = [memory_of(r).get(key) for r in summary.get("ranks") or [] if isinstance(r, dict)]
+    every = [memory_of(r).get(key) for r in SummaryView(summary).ranks]
     every = [v for v in every if isinstance(v, int)]
     return max(every) if every else memory_of(summary).get(key)
 
@@ -164,8 +165,8 @@ def _comm_cell(name: str, summ: list[dict[str, Any]]) -> str:
     variant = registry.study_variants().get(name, (None, None))[1]
     # Where its communication is when it has no stage of its own (registry text).
     comm = (variant.comm_place if variant else None) or "in backward"
-    h_m = spread((s.get("comm") or {}).get("hook_inflight_s") for s in summ).median
-    steps = summ[0].get("steps")
+    h_m = spread(SummaryView(s).comm.get("hook_inflight_s") for s in summ).median
+    steps = SummaryView(summ[0]).steps
     if h_m and steps:
         comm += f" ({fmt_sig(1e3 * h_m / steps)} in flight)"
     return comm
@@ -177,7 +178,7 @@ def _add_row(data: StrategyRows, c: ConfigRuns) -> Spread:
     name, labels, recs = c.name, c.planned.labels, c.runs
     summ = [r.summary for r in recs]
     per_iter = spread(_per_iter_ms(s) for s in summ)
-    note = (summ[0].get("parallel") or {}).get("note")
+    note = recs[0].view.section("parallel").get("note")
     if note:
         data.notes.append(f"{name}: {note}")
     data.rows.append(
@@ -187,7 +188,7 @@ def _add_row(data: StrategyRows, c: ConfigRuns) -> Spread:
             str(threads_per_process(labels, recs)),
             str(per_iter.n),
             fmt_spread(spread(data.quality.get(s) for s in summ), data.quality.fmt),
-            fmt_spread(spread(s.get("wall_time_s") for s in summ)),
+            fmt_spread(spread(r.view.wall_time_s for r in recs)),
             fmt_spread(per_iter),
             _comm_cell(name, summ),
             fmt_spread(spread(rate(s) for s in summ), fmt_rate),

@@ -24,8 +24,7 @@ DEFAULT = "default"  # studies.time_to_target.DEFAULT (reports do not import stu
 
 
 def _target(rec: RunRecord | None) -> dict[str, Any]:
-    t = rec.summary.get("target") if rec is not None else None
-    return t if isinstance(t, dict) else {}
+    return rec.view.target if rec is not None else {}
 
 
 def _outcome_text(rec: RunRecord | None, planned: PlannedRun) -> str:
@@ -34,7 +33,7 @@ def _outcome_text(rec: RunRecord | None, planned: PlannedRun) -> str:
         return f"not applicable: {planned.reason}"
     if rec is None:
         return "no record"
-    if rec.summary.get("status") != "completed":
+    if rec.view.status != "completed":
         return f"{rec.summary.get('status')}: {rec.summary.get('error') or 'no error text'}"
     if loaded(rec.summary):
         return f"measured under other load ({load_of([rec.summary])} busy): " + _met(rec)
@@ -172,8 +171,8 @@ def _ratio(a: Spread, b: Spread, what: str) -> str:
 def _curve(rec: RunRecord, split: str, figure: str) -> tuple[list[float], list[float]]:
     """(seconds since the process started, or on the run's clock; the target's figure)
     at each evaluation of the run."""
-    start = (rec.summary.get("process") or {}).get("startup_s")
-    own = not (rec.summary.get("process") or {}).get("runs_before")
+    process = rec.view.process
+    start, own = process.get("startup_s"), not process.get("runs_before")
     offset = float(start) if own and isinstance(start, (int, float)) else 0.0
     xs, ys = [], []
     for e in rec.events("eval"):

@@ -18,6 +18,7 @@ from trainscope.records.source import (
     script_argv,
     stage_labels,
 )
+from trainscope.records.view import SummaryView
 from trainscope.render.table import (
     MISSING,
     Table,
@@ -69,7 +70,7 @@ def _loader(summary: dict[str, Any]) -> str:
 
 def _parameters(summary: dict[str, Any]) -> str:
     """Total parameters, and how many were trained where the workload froze some (LoRA)."""
-    info = summary.get("workload_info") or {}
+    info = SummaryView(summary).section("workload_info")
     trainable, total = info.get("trainable_parameters"), info.get("total_parameters")
     if is_number(trainable) and is_number(total) and total:
         return (
@@ -80,7 +81,7 @@ def _parameters(summary: dict[str, Any]) -> str:
 
 def _process_time(summary: dict[str, Any]) -> str:
     """Process time including start-up, or why it is not this run's own."""
-    proc = summary.get("process") or {}
+    proc = SummaryView(summary).process
     if not is_number(proc.get("time_s")):
         return MISSING
     before = proc.get("runs_before") or 0
@@ -91,7 +92,7 @@ def _process_time(summary: dict[str, Any]) -> str:
 
 def _steady_rows(summary: dict[str, Any]) -> list[list[object]]:
     """Steady-state step time and throughput, the warm-up steps apart."""
-    st = summary.get("steady_state") or {}
+    st = SummaryView(summary).steady_state
     if not st:
         return []
     k = st.get("warmup_steps")
@@ -124,9 +125,9 @@ def stage_table(summary: dict[str, Any]) -> Table:
     Stages not in ``STAGES`` (written by a newer trainscope) follow under their raw name,
     so the rows still add up to the wall time.
     """
-    stages = summary.get("stages_s") or {}
-    wall = summary.get("wall_time_s")
-    has_wall = is_number(wall) and wall > 0
+    view = SummaryView(summary)
+    stages, wall = view.section("stages_s"), view.wall_time_s
+    has_wall = wall is not None and wall > 0
     names = [s for s in STAGES if s in stages] + [s for s in stages if s not in STAGES]
     labels = stage_labels(summary, STAGE_LABELS)
     rows: list[list[object]] = []
@@ -148,7 +149,7 @@ def stage_table(summary: dict[str, Any]) -> Table:
 def epoch_table(summary: dict[str, Any]) -> Table:
     """One row per epoch: losses, validation accuracy, duration and throughput."""
     rows: list[list[object]] = []
-    for ep in summary.get("epochs") or []:
+    for ep in SummaryView(summary).epochs:
         rows.append(
             [
                 cell_text(ep.get("epoch")),
@@ -172,7 +173,7 @@ def attempts_table(summary: dict[str, Any]) -> Table:
     """A resumed run's attempts: when each started, where it went on from, how it ended
     and how many steps it did again (empty for a run that never resumed)."""
     rows: list[list[object]] = []
-    for a in summary.get("attempts") or []:
+    for a in SummaryView(summary).rows("attempts"):
         if not isinstance(a, dict):
             continue
         start = a.get("from_step") or 0
@@ -211,7 +212,7 @@ def _class_key(name: str) -> tuple[int, float | str]:
 
 def per_class_table(summary: dict[str, Any]) -> Table:
     """Class | test accuracy, classes in numeric order where they are numbers."""
-    per_class = summary.get("per_class_accuracy") or {}
+    per_class = SummaryView(summary).section("per_class_accuracy")
     rows: list[list[object]] = [
         [str(k), fmt_pct(per_class[k], 2)] for k in sorted(per_class, key=_class_key)
     ]
@@ -234,8 +235,8 @@ def _env_get(env: dict[str, Any], *names: str) -> Any:
 # The components of a run's ``memory`` section, in the order they are shown.
 def _memory_rows(summary: dict[str, Any]) -> list[list[object]]:
     """Overview rows of the counted memory (tensor bytes), where the run has them."""
-    mem = summary.get("memory")
-    if not isinstance(mem, dict) or not isinstance(mem.get("parameters_bytes"), int):
+    mem = SummaryView(summary).memory
+    if not isinstance(mem.get("parameters_bytes"), int):
         return []
     rows: list[list[object]] = [
         [f"Memory: {label}", fmt_bytes(mem.get(key))] for key, label in MEMORY_COMPONENTS
@@ -331,8 +332,8 @@ def _script_rows(summary: dict[str, Any], rows: list[list[object]]) -> list[list
     """A script run's overview: what ran and its optimizers' steps, without the rows of
     figures only trainscope's own loop has."""
     kept = [r for r in rows if r[0] not in _NOT_FOR_SCRIPTS]
-    script = summary.get("script") if isinstance(summary.get("script"), dict) else {}
-    counts = script.get("optimizer_steps") if isinstance(script, dict) else None
+    script = SummaryView(summary).script
+    counts = script.get("optimizer_steps")
     steps = ", ".join(f"{cell_text(k)} {fmt_int(v)}" for k, v in counts.items()) if isinstance(
         counts, dict) else MISSING  # fmt: skip
     injected = _injected(summary)
@@ -343,8 +344,8 @@ def _script_rows(summary: dict[str, Any], rows: list[list[object]]) -> list[list
 
 def _injected(summary: dict[str, Any]) -> str | None:
     """``--inject``'s settings as ``key=value``, those that change numerics marked."""
-    source = summary.get("source")
-    given = source.get("injected") if isinstance(source, dict) else None
+    source = SummaryView(summary).source
+    given = source.get("injected")
     if not isinstance(given, dict) or not given:
         return None
     numerics = source.get("injected_numerics") or []
@@ -363,15 +364,16 @@ def overview_table(summary: dict[str, Any], env: dict[str, Any] | None = None) -
     ``compare`` all show these rows, so no figure is recorded and then never shown.
     """
     env = env or {}
+    view = SummaryView(summary)
     device = summary.get("device") or env.get("device")
     device_name = summary.get("device_name") or env.get("device_name")
     if device and device_name and device_name != device:
         device = f"{device} ({device_name})"
-    peak = fmt_bytes(summary.get("peak_memory_bytes"))
+    peak = fmt_bytes(view.peak_memory_bytes)
     if peak != MISSING and summary.get("peak_memory_kind"):
         peak += f" ({summary['peak_memory_kind']})"
     status = summary.get("status")
-    last = (summary.get("epochs") or [{}])[-1]
+    last = (view.epochs or [{}])[-1]
     rows: list[list[object]] = [
         ["Status", cell_text(status)],
         ["Workload", cell_text(summary.get("workload"))],
@@ -381,17 +383,17 @@ def overview_table(summary: dict[str, Any], env: dict[str, Any] | None = None) -
         ["Device", cell_text(device)],
         ["Precision", cell_text(summary.get("precision"))],
         ["Loader", _loader(summary)],
-        ["Test accuracy", fmt_pct(summary.get("test_accuracy"), 2)],
+        ["Test accuracy", fmt_pct(view.number("test_accuracy"), 2)],
         ["Test loss", fmt_float(summary.get("test_loss"))],
         ["Val loss (last epoch)", fmt_float(last.get("val_loss"))],
         ["Val accuracy (last epoch)", fmt_pct(last.get("val_accuracy"), 2)],
         ["Process time (s)", _process_time(summary)],
-        ["Wall time (s)", fmt_seconds(summary.get("wall_time_s"))],
-        ["Train time (s)", fmt_seconds(summary.get("train_time_s"))],
-        ["Epochs", str(len(summary.get("epochs") or []))],
+        ["Wall time (s)", fmt_seconds(view.wall_time_s)],
+        ["Train time (s)", fmt_seconds(view.train_time_s)],
+        ["Epochs", str(len(view.epochs))],
         ["Steps", fmt_int(summary.get("steps"))],
         ["Batch size", fmt_int(summary.get("batch_size"))],
-        ["Samples/s", fmt_rate(summary.get("samples_per_s"))],
+        ["Samples/s", fmt_rate(view.samples_per_s)],
         *_steady_rows(summary),
         ["MFU", _mfu(summary)],
         ["Peak memory", peak],
@@ -400,31 +402,8 @@ def overview_table(summary: dict[str, Any], env: dict[str, Any] | None = None) -
         ["Timing mode", cell_text(summary.get("timing_mode"))],
         ["torch", cell_text(_env_get(env, "torch", "torch_version"))],
     ]
-    # Provenance that only some runs have: shown when present, not as rows of dashes.
-    optional = [
-        ("CUDA", _env_get(env, "cuda", "cuda_version")),
-        ("Python", _env_get(env, "python", "python_version")),
-        ("git", _env_get(env, "git_sha")),
-    ]
-    rows += [[k, str(v)] for k, v in optional if v is not None]
-    # Facts of multi-process and sequence runs, also only where they apply.
-    if summary.get("peak_memory_bytes_max_rank") is not None:
-        rows.append(["Peak memory, largest rank", fmt_bytes(summary["peak_memory_bytes_max_rank"])])
-    if is_number(summary.get("tokens_per_s")):
-        rows.append(["Tokens/s", fmt_rate(summary["tokens_per_s"])])
-    test_metrics = summary.get("test_metrics") or {}
-    for key, label in (("mse", "Test MSE"), ("mae", "Test MAE"), ("r2", "Test R^2")):
-        if is_number(test_metrics.get(key)):  # a regression workload's figures
-            rows.append([label, fmt_float(test_metrics[key])])
-    if is_number(last.get("perplexity")):
-        rows.append(["Val perplexity (last epoch)", fmt_float(last["perplexity"])])
-    system = summary.get("system") or {}
-    if is_number(system.get("cpu_percent_mean")):
-        rows.append(["CPU use (mean)", f"{system['cpu_percent_mean']:.0f}%"])
-    rows += cpu_rows(summary)  # threads, other load, oversubscribed or not
-    rows += _scheduler_rows(summary.get("scheduler"))
-    rows += _optimizer_rows(summary.get("optimizer"))
-    rows += _target_rows(summary.get("target"))
+    rows += _provenance_rows(env)
+    rows += _where_they_apply(summary, last)  # several processes, a sequence workload...
     wall = WALL_DEFINITION
     if is_script_record(summary):
         rows, wall = _script_rows(summary, rows), SCRIPT_WALL
@@ -436,3 +415,38 @@ def overview_table(summary: dict[str, Any], env: dict[str, Any] | None = None) -
         "tab:overview",
         "ll",
     )
+
+
+def _provenance_rows(env: dict[str, Any]) -> list[list[object]]:
+    """Provenance that only some runs have: shown when present, not as rows of dashes."""
+    optional = [
+        ("CUDA", _env_get(env, "cuda", "cuda_version")),
+        ("Python", _env_get(env, "python", "python_version")),
+        ("git", _env_get(env, "git_sha")),
+    ]
+    return [[k, str(v)] for k, v in optional if v is not None]
+
+
+def _where_they_apply(summary: dict[str, Any], last: dict[str, Any]) -> list[list[object]]:
+    """Overview rows of figures only some runs have (several processes, a sequence or
+    regression workload, a scheduler, muon, a stop rule): none where they do not apply."""
+    view = SummaryView(summary)
+    rows: list[list[object]] = []
+    if summary.get("peak_memory_bytes_max_rank") is not None:
+        rows.append(["Peak memory, largest rank", fmt_bytes(summary["peak_memory_bytes_max_rank"])])
+    if (tokens := view.number("tokens_per_s")) is not None:
+        rows.append(["Tokens/s", fmt_rate(tokens)])
+    test_metrics = view.section("test_metrics")
+    for key, label in (("mse", "Test MSE"), ("mae", "Test MAE"), ("r2", "Test R^2")):
+        if is_number(test_metrics.get(key)):  # a regression workload's figures
+            rows.append([label, fmt_float(test_metrics[key])])
+    if is_number(last.get("perplexity")):
+        rows.append(["Val perplexity (last epoch)", fmt_float(last["perplexity"])])
+    system = view.section("system")
+    if is_number(system.get("cpu_percent_mean")):
+        rows.append(["CPU use (mean)", f"{system['cpu_percent_mean']:.0f}%"])
+    rows += cpu_rows(summary)  # threads, other load, oversubscribed or not
+    rows += _scheduler_rows(view.section("scheduler"))
+    rows += _optimizer_rows(view.section("optimizer"))
+    rows += _target_rows(view.target)
+    return rows
