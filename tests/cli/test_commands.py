@@ -639,11 +639,11 @@ def test_each_flags_default_in_its_help_comes_from_the_config_field() -> None:
     field, and the flag's own text does not say it again."""
     import dataclasses
 
-    from trainscope.cli.flags import RUN_FLAGS, field_default, flag_help
+    from trainscope.cli.flags import field_default, flag_help, run_flags
     from trainscope.config import RunConfig
 
     checked = 0
-    for flag, (dest, kwargs) in RUN_FLAGS.items():
+    for flag, (dest, kwargs) in run_flags().items():
         value = field_default(dest)
         if (
             value is None
@@ -660,3 +660,31 @@ def test_each_flags_default_in_its_help_comes_from_the_config_field() -> None:
     assert checked >= 30
     # the value shown is the one a run without the flag gets
     assert dataclasses.asdict(RunConfig())["data"]["batch_size"] == field_default("data.batch_size")
+
+
+def test_a_study_flags_default_in_its_help_comes_from_its_registry_entry(
+    capsys, monkeypatch
+) -> None:
+    """A study's own flags say their default once, from the entry's ``default``: the
+    help text the entry gives never restates it, and ``study NAME --help`` shows it."""
+    from trainscope import registry
+
+    monkeypatch.setenv("COLUMNS", "300")  # help wrapped at a hyphen would split "0-10"
+    checked = 0
+    for name, entry in registry.STUDIES.items():
+        for flag in entry.flags:
+            default = flag.kwargs.get("default")
+            if default is None:
+                continue
+            text = flag.kwargs.get("help") or ""
+            assert f"default {default}" not in text and f"({default})" not in text, flag.names
+            checked += 1
+        if any(f.kwargs.get("default") is not None for f in entry.flags):
+            with pytest.raises(SystemExit):
+                main(["study", name, "--help"])
+            shown = " ".join(capsys.readouterr().out.split())
+            first = next(f for f in entry.flags if f.kwargs.get("default") is not None)
+            assert f"(default {first.kwargs['default']})" in shown or (
+                f"default {first.kwargs['default']}" in shown
+            ), (name, first.names)
+    assert checked >= 12

@@ -25,6 +25,7 @@ from trainscope.cli.flags import (
     FLAG_GROUPS,
     flag_group,
     flag_help,
+    help_with_default,
     refuse_muon_flags_without_muon,
     refuse_what_the_study_sets,
     run_flags,
@@ -217,7 +218,9 @@ def _add_study_parser(sub: Any) -> None:
             "are each run's own anyway)",
         )
         for flag in entry.flags:  # the study's own flags, from its registry entry
-            p.add_argument(*flag.names, **dict(flag.kwargs))
+            kwargs = dict(flag.kwargs)
+            kwargs["help"] = help_with_default(kwargs.get("help"), kwargs.get("default"))
+            p.add_argument(*flag.names, **kwargs)
         add_script_arguments(p)
 
 

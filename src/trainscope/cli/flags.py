@@ -96,10 +96,18 @@ def flag_help(dest: str, kwargs: dict[str, Any]) -> str | None:
     now) and ``(default X)`` read from the config field, so help cannot restate a default
     the config has since changed. A field without a plain default (None: decided at run
     time, a list) says its default in words, if any."""
-    text = kwargs.get("help")
-    text = text() if callable(text) else text
     value = field_default(dest)
-    if value is _NO_DEFAULT or value is None or isinstance(value, (list, tuple, dict)):
+    if value is _NO_DEFAULT or isinstance(value, (list, tuple, dict)):
+        value = None
+    return help_with_default(kwargs.get("help"), value)
+
+
+def help_with_default(text: Any, value: Any) -> str | None:
+    """``text`` (a function is called now) and ``(default X)`` for a default that is a
+    value (None: decided at run time, said in words if at all): the one place a flag's
+    help says its default, so it cannot restate one that has since changed."""
+    text = text() if callable(text) else text
+    if value is None or value is argparse.SUPPRESS:
         return text
     shown = ("on" if value else "off") if isinstance(value, bool) else str(value)
     return f"{text} (default {shown})" if text else f"default {shown}"

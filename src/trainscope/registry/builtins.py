@@ -135,14 +135,14 @@ for _study in (
         options="trainscope.studies.loader:options_from_args",
         script="trainscope.studies.script_studies:loader_runs",
         flags=(
-            Flag(("--workers",), {"default": "0-10", **_list("num_workers values (0-10)")}),
+            Flag(("--workers",), {"default": "0-10", **_list("num_workers values")}),
             Flag(("--sweep-epochs",), {"type": int, "default": 3, "metavar": "N",
                                        "help": "epochs per sweep run"}),
             Flag(("--iter-workers",), {"default": "0,2,4", **_list(
-                "num_workers values of the per-iteration training runs (0,2,4)")}),
+                "num_workers values of the per-iteration training runs")}),
             Flag(("--iter-epochs",), {"type": int, "default": 2, "metavar": "N"}),
             Flag(("--iter-steps",), {"type": int, "default": 50, "metavar": "N",
-                                     "help": "steps per epoch (50)"}),
+                                     "help": "steps per epoch"}),
         ),
         sets={
             "train.epochs": "--sweep-epochs and --iter-epochs",
@@ -167,7 +167,7 @@ for _study in (
         options="trainscope.studies.precision:options_from_args",
         script="trainscope.studies.script_studies:precision_runs",
         flags=(Flag(("--precisions",), {"default": "fp32,tf32,fp16,bf16",
-                                         **_list("precisions to compare (default all four)")}),),
+                                         **_list("precisions to compare")}),),
         fresh_process=True,
         sets={"runtime.precision": "--precisions"},
     ),
@@ -201,7 +201,7 @@ for _study in (
         options="trainscope.studies.checkpointing:options_from_args",
         script="trainscope.studies.script_studies:checkpointing_runs",
         flags=(Flag(("--policies",), {"default": "none,every-2,selective,full", **_list(
-            "policies to compare (default none,every-2,selective,full)")}),),
+            "policies to compare")}),),
         sets={"runtime.checkpointing": "--policies"},
     ),
     StudyEntry(
@@ -213,7 +213,7 @@ for _study in (
         "trainscope.reports.study_finetune:finetune_sections",
         options="trainscope.studies.finetune:options_from_args",
         flags=(Flag(("--lora-ranks",), {"default": "0,8", **_list(
-            "LoRA ranks to compare, 0 for full fine-tuning (default 0,8)")}),),
+            "LoRA ranks to compare, 0 for full fine-tuning")}),),
         fresh_process=True,
         sets={"workload.options.lora_r": "--lora-ranks"},
     ),
@@ -228,7 +228,7 @@ for _study in (
         flags=(
             Flag(("--layouts",), _list("layouts to compare (default all; see the report)")),
             Flag(("--microbatch-counts",), {"default": "2,4,8", **_list(
-                "the pipeline's microbatch counts (default 2,4,8)")}),
+                "the pipeline's microbatch counts")}),
             Flag(("--no-2d",), {"action": "store_true",
                                 "help": "leave out dp x pipeline and dp x tp"}),
             Flag(("--cost-model",), {
@@ -256,12 +256,11 @@ for _study in (
         "trainscope.reports.study_scaling:scaling_sections",
         options="trainscope.studies.scaling:options_from_args",
         flags=(
-            Flag(("--nproc",), {"default": "1,2,4", **_list("process counts (default 1,2,4)")}),
+            Flag(("--nproc",), {"default": "1,2,4", **_list("process counts")}),
             Flag(("--scaling",), {"default": "strong,weak",
-                                  **_list("strong and/or weak (default both)")}),
+                                  **_list("strong and/or weak")}),
             Flag(("--interconnects",), {"default": "nvlink4,ib-100g", **_list(
-                "interconnects to project to 8-1024 devices on (default nvlink4,ib-100g; "
-                "also pcie4-x16, ib-400g)")}),
+                "interconnects to project to 8-1024 devices on (also pcie4-x16, ib-400g)")}),
         ),
         fresh_process=True,
         sets={"dist.nproc": "--nproc"},
@@ -286,11 +285,10 @@ register_study(
                 "or {name: NAME, set: {KEY: VALUE}} (default: the built-in search)")}),
             Flag(("--finalists",), {"type": int, "default": 2, "metavar": "K", "help": (
                 "the K best candidates of the search repeated on --repeats new seeds, "
-                "besides the starting recipe (default 2)")}),
+                "besides the starting recipe")}),
             Flag(("--search-budget",), {"type": float, "default": 1800.0, "metavar": "S",
-                                        "help": "seconds the built-in search may take "
-                                        "(default 1800; each candidate may take the whole "
-                                        "--time-limit)"}),
+                                        "help": "seconds the built-in search may take (each "
+                                        "candidate may take the whole --time-limit)"}),
         ),
         fresh_process=True,
         adaptive="trainscope.studies.time_to_target:more",

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from trainscope import registry
 from trainscope.injections import INJECTIONS
 from trainscope.profiling.memory import METHOD
 from trainscope.profiling.system import SystemSampler, clock_origin, peak_rss_bytes, process_start
@@ -279,7 +280,10 @@ class ProfileSession:
         facts.batch_size = sizes[len(sizes) // 2] if sizes else 0
         train_time = sum(sum(s["stages"].values()) for s in self.steps)
         samples = sum(int(s["batch_size"] or 0) for s in self.steps)
-        scale = self.place.world_size if facts.strategy in ("ddp", "fsdp") else 1
+        # Ranks that each train on their share of the batch: throughput is all of theirs.
+        entry = registry.STRATEGIES.get(facts.strategy)
+        shares = entry is not None and entry.multiprocess and entry.splits_batch
+        scale = self.place.world_size if shares else 1
         record.set_setup(self._setup_facts(hooks, facts.batch_size))
         results = Results(
             wall_time_s=wall, train_time_s=train_time, stages_s=stage_totals(totals, wall),
