@@ -57,3 +57,9 @@ def test_the_reports_fields_read_as_recorded_or_empty() -> None:
     assert wrong.samples_per_s is None and wrong.peak_memory_bytes is None
     assert wrong.train_time_s is None
     assert wrong.process == {} and wrong.comm == {} and wrong.target == {}
+
+
+def test_process_time_reads_the_process_section() -> None:
+    assert SummaryView({"process": {"time_s": 3.5}}).process_time_s == 3.5
+    assert SummaryView({"process": {"time_s": "3"}}).process_time_s is None
+    assert SummaryView({"process": None}).process_time_s is None

@@ -88,8 +88,8 @@ def _link(args: argparse.Namespace, run_dir: str) -> tuple[dict[str, Any], str]:
     from trainscope.collectives.predict_cli import link_fits
     from trainscope.records.run_dir import load_run
 
-    world = load_run(run_dir).summary.get("world_size")
-    world = world if isinstance(world, int) and not isinstance(world, bool) and world >= 2 else 2
+    world = load_run(run_dir).view.world_size
+    world = world if world is not None and world >= 2 else 2
     return link_fits(args, world)
 
 
@@ -186,8 +186,8 @@ def _script_plan(args: argparse.Namespace, diagnosis: Any) -> Any:
     from trainscope.records.run_dir import load_run
     from trainscope.studies.doctor import plan_apply_script
 
-    summary = load_run(diagnosis.run_dir).summary
-    source = summary.get("source") if isinstance(summary.get("source"), dict) else {}
+    record = load_run(diagnosis.run_dir)
+    summary, source = record.summary, record.view.source
     argv, cwd = source.get("argv"), source.get("cwd")
     from trainscope.records.source import COMMAND_KINDS
 

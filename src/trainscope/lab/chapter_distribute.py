@@ -65,15 +65,14 @@ def _runs(folder: Path, name: str) -> list[RunRecord]:
 
 
 def _rank_wait_ms(rec: RunRecord, rank: int, stage: str) -> Any:
-    ranks = rec.summary.get("ranks") or []
-    r = next((x for x in ranks if isinstance(x, dict) and x.get("rank") == rank), {})
+    r = next((x for x in rec.view.ranks if x.get("rank") == rank), {})
     value = ((r.get("steady_state") or {}).get("stage_s_median") or {}).get(stage)
     return 1e3 * value if isinstance(value, (int, float)) else None
 
 
 def _step_ms(rec: RunRecord) -> Any:
-    step = ((rec.summary.get("steady_state") or {}).get("step_s") or {}).get("median")
-    return 1e3 * step if isinstance(step, (int, float)) else None
+    step = rec.view.steady_step_s
+    return 1e3 * step if step is not None else None
 
 
 def section(folder: Path, doc: Document, plots: Path) -> Section:

@@ -174,9 +174,7 @@ class StudyRecord:
         Read from the runs' records (``summary.process.runs_before``: how many runs their
         process had started before them), falling back to the plan for older records.
         """
-        before = [
-            (rec.summary.get("process") or {}).get("runs_before") for rec in self.records.values()
-        ]
+        before = [rec.view.process.get("runs_before") for rec in self.records.values()]
         known = [b for b in before if isinstance(b, int)]
         if known:
             return all(b == 0 for b in known)

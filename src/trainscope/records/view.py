@@ -173,6 +173,11 @@ class SummaryView:
         return self.section("process")
 
     @property
+    def process_time_s(self) -> float | None:
+        """The process's own time: its start-up, the run and what came after it."""
+        return _number(self.process.get("time_s"))
+
+    @property
     def comm(self) -> dict[str, Any]:
         """What the run communicated (its collectives, the all-reduce hook in flight, a
         pipeline's waits)."""

@@ -20,6 +20,7 @@ from trainscope.diagnosis.findings import fix_flags, overrides_of
 from trainscope.errors import TrainscopeError
 from trainscope.injections import as_arguments, for_fix
 from trainscope.records.study_dir import PlannedRun, StudyPlan, StudyRecord
+from trainscope.records.view import SummaryView
 from trainscope.studies.base import finish_plan, plan_options, repeats_of
 from trainscope.studies.script_runs import inject_overrides, script_base
 
@@ -132,7 +133,7 @@ def plan_apply_script(diagnosis: Diagnosis, summary: dict[str, Any], device: Any
             f"{diagnosis.run_dir}: nothing to apply: every fix is a change to the script's "
             f"code ({', '.join(left_out) or 'no finding has a fix'})"
         )
-    source = summary.get("source") or {}
+    source = SummaryView(summary).source
     per_config = {
         name: repeats_of(name, repeats, labels=labels, overrides=overrides)
         for name, labels, overrides in configs
@@ -152,7 +153,7 @@ def plan_apply_script(diagnosis: Diagnosis, summary: dict[str, Any], device: Any
 def _given_threads(summary: dict[str, Any]) -> int | None:
     """The ``--threads N`` the run was profiled with (None: the script's own threads;
     ``--inject threads=N`` comes back with the run's other injected settings)."""
-    source = (summary.get("cpu") or {}).get("threads_source")
+    source = SummaryView(summary).cpu.get("threads_source")
     words = source.split() if isinstance(source, str) else []
     if len(words) == 2 and words[0] == "--threads" and words[1].isdigit():
         return int(words[1])

@@ -24,6 +24,7 @@ from typing import Any
 from trainscope.errors import ConfigError
 from trainscope.records.jsonio import try_json_object
 from trainscope.records.study_dir import PlannedRun
+from trainscope.records.view import SummaryView
 from trainscope.util.load import loaded, other_cores
 
 REMEASURE_ENV = "TRAINSCOPE_REMEASURE"
@@ -77,12 +78,12 @@ def loaded_repeats(runs: list[PlannedRun], study_dir: Path) -> list[PlannedRun]:
 
 def _figures(summary: dict[str, Any]) -> dict[str, Any]:
     """What a replaced attempt measured, kept in study.json."""
-    step = ((summary.get("steady_state") or {}).get("step_s") or {}).get("median")
+    view = SummaryView(summary)
     return {
         "other_cores": other_cores(summary),
-        "threads": (summary.get("cpu") or {}).get("threads"),
-        "train_time_s": summary.get("train_time_s"),
-        "step_s_median": step,
+        "threads": view.cpu.get("threads"),
+        "train_time_s": view.train_time_s,
+        "step_s_median": view.steady_step_s,
     }
 
 

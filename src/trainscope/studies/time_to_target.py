@@ -23,7 +23,6 @@ from the run records, so rerunning the command resumes the study where it stoppe
 from __future__ import annotations
 
 import functools
-import math
 import re
 import shlex
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from trainscope.config import from_dict, merge
 from trainscope.errors import ConfigError
 from trainscope.records.jsonio import try_json_object
 from trainscope.records.study_dir import PlannedRun, StudyPlan
+from trainscope.records.view import SummaryView
 from trainscope.studies.base import (
     PlanRequest,
     PlanResult,
@@ -168,12 +168,13 @@ def _better(target: Target, a: Outcome | None, b: Outcome | None) -> bool:
 def outcome_of(run_dir: Path, limit_s: float) -> Outcome | None:
     """A finished run's outcome from its summary.json (None: not run yet)."""
     summary = try_json_object(run_dir / "summary.json")
-    if summary is None or summary.get("status") == "running":
+    view = SummaryView(summary)
+    if summary is None or view.status == "running":
         return None
-    t = summary.get("target") if isinstance(summary.get("target"), dict) else {}
-    cost = (summary.get("process") or {}).get("time_s") or summary.get("wall_time_s")
-    cost = float(cost) if isinstance(cost, (int, float)) and math.isfinite(cost) else limit_s
-    if summary.get("status") != "completed":
+    t = view.target
+    cost = view.process_time_s or view.wall_time_s
+    cost = cost if cost is not None else limit_s
+    if view.status != "completed":
         return Outcome(False, None, None, cost, failed=True)
     best = (t.get("best") or {}).get("value")
     return Outcome(t.get("reached") is True, t.get("train_time_s"), best, cost)
