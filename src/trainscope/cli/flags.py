@@ -319,9 +319,11 @@ def _workload_flags() -> dict[str, Flag]:
     flags = {}
     for flag, taken in owners.items():
         first = taken[0][1]
-        helps = dict.fromkeys(o.help for _, o in taken)
-        text = "; ".join(f"{', '.join(n for n, o in taken if o.help == h)}: {h}" if h else
-                         ", ".join(n for n, o in taken if o.help == h) for h in helps)  # fmt: skip
+        by_help: dict[str, list[str]] = {}  # workloads that say the same, named together
+        for name, option in taken:
+            by_help.setdefault(option.help, []).append(name)
+        text = "; ".join(f"{', '.join(names)}: {words}" if words else ", ".join(names)
+                         for words, names in by_help.items())  # fmt: skip
         flags[flag] = _value(f"workload.options.{first.key}", first.metavar, text,
                              _READS[first.reads])  # fmt: skip
     return flags

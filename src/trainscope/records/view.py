@@ -11,16 +11,10 @@ spelling and type live here once.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
-
-def _number(value: Any) -> float | None:
-    """A finite int or float (bool is not one), else None."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
+from trainscope.util.load import finite_number
 
 
 def _count(value: Any) -> int | None:
@@ -43,7 +37,7 @@ class SummaryView:
 
     def number(self, key: str) -> float | None:
         """A finite number field (None when missing, null or not a number)."""
-        return _number(self.raw.get(key))
+        return finite_number(self.raw.get(key))
 
     def count(self, key: str) -> int | None:
         """A whole-number field (None when missing or not one)."""
@@ -136,7 +130,7 @@ class SummaryView:
         """Stage -> seconds of the wall time (the stages partition it); entries that are
         not numbers are left out."""
         stages = self.section("stages_s")
-        return {k: float(v) for k, v in stages.items() if _number(v) is not None}
+        return {k: float(v) for k, v in stages.items() if finite_number(v) is not None}
 
     @property
     def epochs(self) -> list[dict[str, Any]]:
@@ -152,7 +146,7 @@ class SummaryView:
     def steady_step_s(self) -> float | None:
         """The steady state's median step time."""
         step = self.steady_state.get("step_s")
-        return _number(step.get("median")) if isinstance(step, Mapping) else None
+        return finite_number(step.get("median")) if isinstance(step, Mapping) else None
 
     # ---------------------------------------------------------------- sections
 
@@ -175,7 +169,7 @@ class SummaryView:
     @property
     def process_time_s(self) -> float | None:
         """The process's own time: its start-up, the run and what came after it."""
-        return _number(self.process.get("time_s"))
+        return finite_number(self.process.get("time_s"))
 
     @property
     def comm(self) -> dict[str, Any]:
